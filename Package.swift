@@ -1,0 +1,32 @@
+// swift-tools-version:6.0
+// roomcast: a one-thread epoll chat-room relay daemon (see README.md, PROTOCOL.md).
+import PackageDescription
+
+let package = Package(
+    name: "roomcast",
+    products: [
+        .executable(name: "roomcastd", targets: ["roomcastd"]),
+        .library(name: "RoomcastCore", targets: ["RoomcastCore"]),
+    ],
+    targets: [
+        // Glibc's Swift overlay lacks epoll, signalfd, timerfd, eventfd, accept4
+        // and getopt_long (notes/swift-linux.md §2): one small C target for them.
+        .target(name: "CShim"),
+        // libsystemd (sd_notify, sd_listen_fds, sd_watchdog_enabled, sd_journal_sendv).
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        // Pure logic, standard library only: frame codec, proto2, timing wheel,
+        // config, relay policy. No syscalls, no clock.
+        .target(name: "RoomcastCore"),
+        // The reactor and everything that talks to the kernel or systemd.
+        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),
+        .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
+        .testTarget(
+            name: "RoomcastTests",
+            dependencies: ["RoomcastCore", "RoomcastServer", "roomcastd"]
+        ),
+    ]
+)

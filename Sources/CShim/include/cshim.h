@@ -1,0 +1,31 @@
+// C declarations Glibc's Swift overlay does not expose (notes/swift-linux.md §2).
+// _GNU_SOURCE is deliberately NOT defined here: it breaks debug builds
+// (notes/systemd.md §7); GNU-only calls are wrapped in cshim.c instead.
+#ifndef ROOMCAST_CSHIM_H
+#define ROOMCAST_CSHIM_H
+
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <signal.h>
+#include <getopt.h>
+
+/// accept4(2) with SOCK_NONBLOCK|SOCK_CLOEXEC style flags.
+int cshim_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
+
+/// Size in bytes of struct signalfd_siginfo (128).
+static inline int cshim_signalfd_siginfo_size(void) { return (int)sizeof(struct signalfd_siginfo); }
+
+/// Blocks `signals` (a 0-terminated list) in the calling thread and returns a
+/// non-blocking, close-on-exec signalfd for them, or -1 with errno set.
+int cshim_block_signals_fd(const int *signals);
+
+/// Reads one pending signal from a signalfd: the signal number, 0 when none is
+/// pending (EAGAIN), -1 with errno set on error.
+int cshim_read_signal(int sfd);
+
+#endif

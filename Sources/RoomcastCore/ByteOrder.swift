@@ -1,0 +1,6 @@
+/// Byte order of the integers in a frame header (PROTOCOL.md §1): one order
+/// per listener, never guessed per frame. Seed clients write little-endian.
+public enum ByteOrder: String, Sendable, Equatable, CaseIterable {
+    case little
+    case big
+}

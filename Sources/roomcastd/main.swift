@@ -1,0 +1,2 @@
+import RoomcastServer
+print("roomcastd")
