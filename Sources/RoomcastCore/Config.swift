@@ -1,0 +1,565 @@
+// Typed configuration of roomcastd: defaults, parsing of /etc/roomcastd.conf
+// (INI syntax, see INI.swift) and validation. The shipped, commented file is
+// config/roomcastd.conf; a test keeps it in sync with `Config.knownKeys`.
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// MARK: - Errors
+
+/// A configuration problem, located as precisely as possible.
+public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The file name as given to ``Config/parse(_:file:)`` or ``Config/load(path:)``.
+    public var file: String
+    /// 1-based line number, or nil when the problem is not tied to a line
+    /// (unreadable file, or a cross-key rule broken by default values).
+    public var line: Int?
+    /// Human-readable explanation, e.g.
+    /// `heartbeat.timeout: '30x' is not a duration (e.g. 100ms, 30s, 5min)`.
+    public var reason: String
+
+    public init(file: String, line: Int?, reason: String) {
+        self.file = file
+        self.line = line
+        self.reason = reason
+    }
+
+    /// `FILE:LINE: REASON`, or `FILE: REASON` without a line.
+    public var description: String {
+        if let line { "\(file):\(line): \(reason)" } else { "\(file): \(reason)" }
+    }
+}
+
+// MARK: - Listen addresses
+
+/// A numeric IP address and TCP port to listen on. No host names: the daemon
+/// must not depend on DNS at boot.
+public struct ListenAddress: Equatable, Hashable, Sendable, CustomStringConvertible {
+    /// Numeric address without brackets, in the canonical form of
+    /// `inet_ntop(3)` (e.g. `0.0.0.0`, `::1`).
+    public var host: String
+    /// TCP port; 0 asks the kernel for an ephemeral port (useful in tests).
+    public var port: UInt16
+    /// True for an IPv6 address.
+    public var isIPv6: Bool
+
+    public init(host: String, port: UInt16, isIPv6: Bool) {
+        self.host = host
+        self.port = port
+        self.isIPv6 = isIPv6
+    }
+
+    /// Parses `1.2.3.4:PORT` or `[IPv6]:PORT` (e.g. `[::1]:9898`, `[::]:0`),
+    /// port 0...65535 in decimal. The address is checked with `inet_pton(3)`
+    /// and stored canonicalised. Returns nil for anything else, including
+    /// host names, an IPv6 address without brackets and IPv6 zone ids.
+    public static func parse(_ s: String) -> ListenAddress? {
+        let hostPart: Substring
+        let portPart: Substring
+        let v6: Bool
+        if s.hasPrefix("[") {
+            guard let close = s.firstIndex(of: "]") else { return nil }
+            hostPart = s[s.index(after: s.startIndex)..<close]
+            let rest = s[s.index(after: close)...]
+            guard rest.hasPrefix(":") else { return nil }
+            portPart = rest.dropFirst()
+            v6 = true
+        } else {
+            guard let colon = s.lastIndex(of: ":") else { return nil }
+            hostPart = s[..<colon]
+            portPart = s[s.index(after: colon)...]
+            v6 = false
+        }
+        let portBytes = Array(portPart.utf8)
+        guard portBytes.count <= 5, let (port, end) = scanDigits(portBytes, from: 0),
+              end == portBytes.count, port <= 65535,
+              let host = canonicalAddress(String(hostPart), v6: v6)
+        else { return nil }
+        return ListenAddress(host: host, port: UInt16(port), isIPv6: v6)
+    }
+
+    /// `1.2.3.4:9898` or `[::1]:9898`; accepted by ``parse(_:)``.
+    public var description: String {
+        isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+}
+
+/// Validates a numeric address with inet_pton and returns inet_ntop's form.
+private func canonicalAddress(_ host: String, v6: Bool) -> String? {
+    guard !host.isEmpty, !host.utf8.contains(0) else { return nil }
+    var storage = (UInt64(0), UInt64(0))  // 16 bytes, enough for in6_addr
+    return withUnsafeMutableBytes(of: &storage) { raw -> String? in
+        let family = v6 ? AF_INET6 : AF_INET
+        guard inet_pton(family, host, raw.baseAddress) == 1 else { return nil }
+        var out = [CChar](repeating: 0, count: 64)
+        guard inet_ntop(family, raw.baseAddress, &out, socklen_t(out.count)) != nil else { return nil }
+        return String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+// MARK: - Log settings
+
+/// Log severity, ordered from least to most severe (`debug < error`), so a
+/// message is emitted when `messageLevel >= config.log.level`.
+public enum LogLevel: String, Sendable, Comparable, CaseIterable {
+    case debug, info, notice, warning, error
+
+    /// The syslog(3)/journald priority: debug 7, info 6, notice 5,
+    /// warning 4, error 3.
+    public var syslogPriority: Int32 {
+        switch self {
+        case .debug: 7
+        case .info: 6
+        case .notice: 5
+        case .warning: 4
+        case .error: 3
+        }
+    }
+
+    public static func < (a: LogLevel, b: LogLevel) -> Bool {
+        a.syslogPriority > b.syslogPriority
+    }
+}
+
+/// Where logs go. `auto` means the journal when stderr is connected to it
+/// (`$JOURNAL_STREAM` matches), otherwise stderr.
+public enum LogTarget: String, Sendable, CaseIterable {
+    case auto, journal, stderr
+}
+
+// MARK: - Config
+
+/// The complete, validated configuration of roomcastd. Durations are in
+/// milliseconds, sizes in bytes.
+public struct Config: Equatable, Sendable {
+    /// `[server]`
+    public struct Server: Equatable, Sendable {
+        /// `listen`, repeatable. Default `0.0.0.0:9898`. If the file has any
+        /// `listen` line, the default is replaced, not extended.
+        public var listen: [ListenAddress]
+        /// `max_clients`: simultaneous connections, 1 ... 1048576 (the
+        /// kernel's default `fs.nr_open`). Default 10000.
+        public var maxClients: Int
+        /// `default_room`: room of a client that has not joined one yet.
+        /// Non-empty, at most 255 bytes of UTF-8. Default `lobby`.
+        public var defaultRoom: String
+    }
+
+    /// `[protocol]` (PROTOCOL.md §1, §2).
+    public struct ProtocolSettings: Equatable, Sendable {
+        /// `byte_order`: `little` (default) or `big`.
+        public var byteOrder: ByteOrder
+        /// `max_frame_bytes`: largest accepted body, 1 ... 1G. Default 64K.
+        public var maxFrameBytes: Int
+        /// `join_type`, default 0. The three control types lie in
+        /// 0 ... 65535 and must differ.
+        public var joinType: UInt16
+        /// `leave_type`, default 1.
+        public var leaveType: UInt16
+        /// `heartbeat_type`, default 8.
+        public var heartbeatType: UInt16
+        /// `echo`: relay a message back to its sender too. Default yes.
+        public var echo: Bool
+        /// `validate`: decode join/leave/text/gift bodies and count
+        /// malformed ones as violations. Default yes.
+        public var validate: Bool
+        /// `max_violations`: violations before the client is closed, >= 1.
+        /// Default 3.
+        public var maxViolations: Int
+    }
+
+    /// `[heartbeat]`
+    public struct Heartbeat: Equatable, Sendable {
+        /// `timeout`: close a client silent for this long; 0 = never.
+        /// 0 ... 24h, default 30s.
+        public var timeoutMs: UInt64
+        /// `tick`: timer granularity, 1ms ... 10s and below `timeout` when
+        /// that is not 0. Default 100ms.
+        public var tickMs: UInt64
+    }
+
+    /// `[limits]`: per-client output queue (slow consumers).
+    public struct Limits: Equatable, Sendable {
+        /// `output_soft_bytes`: queue size above which the soft timer runs.
+        /// Default 256K; must not exceed `output_hard_bytes`.
+        public var outputSoftBytes: Int
+        /// `output_soft_seconds` (a duration despite the name): how long the
+        /// queue may stay above the soft size before the client is closed.
+        /// 0 ... 24h, default 10s.
+        public var outputSoftMs: UInt64
+        /// `output_hard_bytes`: queue size that closes the client at once.
+        /// Default 4M; at least `max_frame_bytes` + 6 so one frame of the
+        /// maximum size can always be queued.
+        public var outputHardBytes: Int
+    }
+
+    /// `[log]`
+    public struct Log: Equatable, Sendable {
+        /// `level`: least severe level logged. Default info.
+        public var level: LogLevel
+        /// `target`: auto (default), journal or stderr.
+        public var target: LogTarget
+        /// `stats_interval`: period of the statistics log line; 0 = off.
+        /// 0 ... 24h, default 60s.
+        public var statsIntervalMs: UInt64
+    }
+
+    public var server: Server
+    public var `protocol`: ProtocolSettings
+    public var heartbeat: Heartbeat
+    public var limits: Limits
+    public var log: Log
+
+    /// The values used for keys the file does not set. config/roomcastd.conf
+    /// lists the same values (checked by a test).
+    public static let defaults = Config(
+        server: Server(
+            listen: [ListenAddress(host: "0.0.0.0", port: 9898, isIPv6: false)],
+            maxClients: 10_000,
+            defaultRoom: "lobby"),
+        protocol: ProtocolSettings(
+            byteOrder: .little, maxFrameBytes: 64 << 10,
+            joinType: 0, leaveType: 1, heartbeatType: 8,
+            echo: true, validate: true, maxViolations: 3),
+        heartbeat: Heartbeat(timeoutMs: 30_000, tickMs: 100),
+        limits: Limits(outputSoftBytes: 256 << 10, outputSoftMs: 10_000, outputHardBytes: 4 << 20),
+        log: Log(level: .info, target: .auto, statsIntervalMs: 60_000))
+
+    /// Every section and its keys, in the order of config/roomcastd.conf.
+    public static let sectionOrder: [String] = specs.map(\.section)
+
+    /// Section name → key names the parser accepts (all lowercase,
+    /// case-sensitive).
+    public static let knownKeys: [String: [String]] =
+        Dictionary(uniqueKeysWithValues: specs.map { ($0.section, $0.keys.map(\.name)) })
+
+    /// Parses config text, starting from ``defaults``.
+    ///
+    /// - Parameters:
+    ///   - text: INI text (see ``INIDocument``); an empty text gives the defaults.
+    /// - Parameter file: used in error messages only.
+    /// - Throws: ``ConfigError`` for the first problem: INI syntax, unknown
+    ///   section or key (with a suggestion when one is close), a key given
+    ///   twice (only `server.listen` repeats), a bad or out-of-range value,
+    ///   or a broken cross-key rule (reported at the later of the keys
+    ///   involved, or with a nil line if all come from the defaults).
+    public static func parse(_ text: String, file: String) throws(ConfigError) -> Config {
+        let doc = try INIDocument.parse(text, file: file)
+        var config = Config.defaults
+        var seen: [String: Int] = [:]  // "section.key" → first line
+        var listen: [ListenAddress: Int] = [:]
+        var listenReplaced = false
+        for item in doc.items {
+            switch item {
+            case .section(let name, let line):
+                guard knownKeys[name] != nil else {
+                    throw ConfigError(file: file, line: line, reason: "unknown section '[\(name)]'"
+                        + suggestion(name, among: sectionOrder, format: { "[\($0)]" })
+                        + " (known: " + sectionOrder.map { "[\($0)]" }.joined(separator: ", ") + ")")
+                }
+            case .entry(let e):
+                let name = "\(e.section).\(e.key)"
+                func fail(_ reason: String) -> ConfigError {
+                    ConfigError(file: file, line: e.line, reason: reason)
+                }
+                guard let spec = specs.first(where: { $0.section == e.section })?
+                    .keys.first(where: { $0.name == e.key })
+                else { throw fail(unknownKeyReason(e.section, e.key)) }
+                if e.section == "server" && e.key == "listen" {
+                    guard let address = ListenAddress.parse(e.value) else {
+                        throw fail("\(name): \(quote(e.value)) is not a listen address "
+                            + "(expected IPv4:PORT or [IPv6]:PORT, e.g. 0.0.0.0:9898 or [::]:9898)")
+                    }
+                    if let first = listen[address], address.port != 0 {
+                        throw fail("\(name): \(address) is already listed at line \(first)")
+                    }
+                    if !listenReplaced { config.server.listen = []; listenReplaced = true }
+                    config.server.listen.append(address)
+                    listen[address] = listen[address] ?? e.line
+                    seen[name] = seen[name] ?? e.line
+                    continue
+                }
+                if let first = seen[name] {
+                    throw fail("\(name): duplicate key, already set at line \(first) "
+                        + "(only server.listen may repeat)")
+                }
+                seen[name] = e.line
+                do {
+                    try spec.apply(&config, e.value)
+                } catch {
+                    throw fail("\(name): \(error.reason)")
+                }
+            }
+        }
+        try config.checkRules(file: file, lines: seen)
+        return config
+    }
+
+    /// Reads and parses a file with Glibc `open(2)`/`read(2)` (no Foundation).
+    ///
+    /// - Throws: ``ConfigError`` with a nil line and the `strerror(3)` text if
+    ///   the file cannot be opened or read, if it is larger than 16 MiB, or
+    ///   (with the line) if it is not valid UTF-8; otherwise as ``parse(_:file:)``.
+    public static func load(path: String) throws(ConfigError) -> Config {
+        let bytes = try readFile(path)
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            var line = 1
+            for chunk in bytes.split(separator: 0x0A, omittingEmptySubsequences: false) {
+                if String(validating: chunk, as: UTF8.self) == nil { break }
+                line += 1
+            }
+            throw ConfigError(file: path, line: line, reason: "invalid UTF-8")
+        }
+        return try parse(text, file: path)
+    }
+
+    /// Cross-key rules; the line is the latest line among the keys involved.
+    private func checkRules(file: String, lines: [String: Int]) throws(ConfigError) {
+        func fail(_ keys: [String], _ reason: String) -> ConfigError {
+            ConfigError(file: file, line: keys.compactMap { lines[$0] }.max(), reason: reason)
+        }
+        let p = self.protocol
+        let types = [("protocol.join_type", p.joinType), ("protocol.leave_type", p.leaveType),
+                     ("protocol.heartbeat_type", p.heartbeatType)]
+        for i in types.indices {
+            for j in types.indices where j > i && types[i].1 == types[j].1 {
+                let (a, b) = (lines[types[i].0] ?? 0) <= (lines[types[j].0] ?? 0)
+                    ? (types[i].0, types[j].0) : (types[j].0, types[i].0)
+                throw fail([a, b], "\(b): \(types[j].1) is the same as \(a); "
+                    + "join_type, leave_type and heartbeat_type must differ")
+            }
+        }
+        if heartbeat.timeoutMs != 0 && heartbeat.tickMs >= heartbeat.timeoutMs {
+            throw fail(["heartbeat.timeout", "heartbeat.tick"],
+                       "heartbeat.tick (\(formatDuration(ms: heartbeat.tickMs))) must be less than "
+                       + "heartbeat.timeout (\(formatDuration(ms: heartbeat.timeoutMs))) unless timeout is 0")
+        }
+        if limits.outputSoftBytes > limits.outputHardBytes {
+            throw fail(["limits.output_soft_bytes", "limits.output_hard_bytes"],
+                       "limits.output_soft_bytes (\(formatSize(limits.outputSoftBytes))) must not exceed "
+                       + "limits.output_hard_bytes (\(formatSize(limits.outputHardBytes)))")
+        }
+        if limits.outputHardBytes < p.maxFrameBytes + 6 {
+            throw fail(["limits.output_hard_bytes", "protocol.max_frame_bytes"],
+                       "limits.output_hard_bytes (\(formatSize(limits.outputHardBytes))) must be at least "
+                       + "protocol.max_frame_bytes + 6 (\(p.maxFrameBytes + 6)) so one frame of the "
+                       + "maximum size can always be queued")
+        }
+    }
+}
+
+// MARK: - Key table
+
+/// Reason of a bad value, without the `section.key: ` prefix.
+struct ValueError: Error {
+    var reason: String
+}
+
+struct KeySpec: Sendable {
+    var name: String
+    var apply: @Sendable (inout Config, String) throws(ValueError) -> Void
+}
+
+struct SectionSpec: Sendable {
+    var section: String
+    var keys: [KeySpec]
+}
+
+private let day: UInt64 = 86_400_000
+
+/// The single source of truth for sections, keys, order, parsing and ranges.
+let specs: [SectionSpec] = [
+    SectionSpec(section: "server", keys: [
+        KeySpec(name: "listen") { _, _ throws(ValueError) in },  // handled in Config.parse
+        KeySpec(name: "max_clients") { c, v throws(ValueError) in
+            c.server.maxClients = try integer(v, 1...1_048_576)
+        },
+        KeySpec(name: "default_room") { c, v throws(ValueError) in
+            guard !v.isEmpty else { throw ValueError(reason: "must not be empty") }
+            guard v.utf8.count <= 255 else {
+                throw ValueError(reason: "value is \(v.utf8.count) bytes long, at most 255 allowed")
+            }
+            c.server.defaultRoom = v
+        },
+    ]),
+    SectionSpec(section: "protocol", keys: [
+        KeySpec(name: "byte_order") { c, v throws(ValueError) in c.protocol.byteOrder = try choice(v) },
+        KeySpec(name: "max_frame_bytes") { c, v throws(ValueError) in
+            c.protocol.maxFrameBytes = try size(v, 1...(1 << 30))
+        },
+        KeySpec(name: "join_type") { c, v throws(ValueError) in
+            c.protocol.joinType = UInt16(try integer(v, 0...65535))
+        },
+        KeySpec(name: "leave_type") { c, v throws(ValueError) in
+            c.protocol.leaveType = UInt16(try integer(v, 0...65535))
+        },
+        KeySpec(name: "heartbeat_type") { c, v throws(ValueError) in
+            c.protocol.heartbeatType = UInt16(try integer(v, 0...65535))
+        },
+        KeySpec(name: "echo") { c, v throws(ValueError) in c.protocol.echo = try boolean(v) },
+        KeySpec(name: "validate") { c, v throws(ValueError) in c.protocol.validate = try boolean(v) },
+        KeySpec(name: "max_violations") { c, v throws(ValueError) in
+            c.protocol.maxViolations = try integer(v, 1...Int.max)
+        },
+    ]),
+    SectionSpec(section: "heartbeat", keys: [
+        KeySpec(name: "timeout") { c, v throws(ValueError) in c.heartbeat.timeoutMs = try duration(v, 0...day) },
+        KeySpec(name: "tick") { c, v throws(ValueError) in c.heartbeat.tickMs = try duration(v, 1...10_000) },
+    ]),
+    SectionSpec(section: "limits", keys: [
+        KeySpec(name: "output_soft_bytes") { c, v throws(ValueError) in
+            c.limits.outputSoftBytes = try size(v, 0...Int.max)
+        },
+        KeySpec(name: "output_soft_seconds") { c, v throws(ValueError) in
+            c.limits.outputSoftMs = try duration(v, 0...day)
+        },
+        KeySpec(name: "output_hard_bytes") { c, v throws(ValueError) in
+            c.limits.outputHardBytes = try size(v, 1...Int.max)
+        },
+    ]),
+    SectionSpec(section: "log", keys: [
+        KeySpec(name: "level") { c, v throws(ValueError) in c.log.level = try choice(v) },
+        KeySpec(name: "target") { c, v throws(ValueError) in c.log.target = try choice(v) },
+        KeySpec(name: "stats_interval") { c, v throws(ValueError) in
+            c.log.statsIntervalMs = try duration(v, 0...day)
+        },
+    ]),
+]
+
+// MARK: - Value parsers
+
+/// Quotes a value for an error message, shortening very long ones.
+func quote(_ v: String) -> String {
+    v.utf8.count <= 60 ? "'\(v)'" : "'\(v.prefix(40))…' (\(v.utf8.count) bytes)"
+}
+
+private func integer(_ v: String, _ range: ClosedRange<Int>) throws(ValueError) -> Int {
+    let b = Array(v.utf8)
+    let allDigits = !b.isEmpty && b.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    guard allDigits else { throw ValueError(reason: "\(quote(v)) is not a non-negative integer") }
+    let n = scanDigits(b, from: 0)?.0 ?? UInt64.max  // nil: overflow, so out of range
+    guard n <= UInt64(Int.max), range.contains(Int(n)) else {
+        let hi = range.upperBound == Int.max ? "" : " \(range.upperBound)"
+        throw ValueError(reason: "\(quote(v)) is out of range (\(range.lowerBound) ..\(hi))")
+    }
+    return Int(n)
+}
+
+private func size(_ v: String, _ range: ClosedRange<Int>) throws(ValueError) -> Int {
+    guard let n = parseSize(v) else {
+        var t = Substring(v).drop { $0 == " " || $0 == "\t" }
+        while t.last == " " || t.last == "\t" { t = t.dropLast() }
+        if let l = t.last, "KMG".contains(l) { t = t.dropLast() }
+        let wellFormed = !t.isEmpty && t.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+        throw ValueError(reason: wellFormed
+            ? "\(quote(v)) is too large"
+            : "\(quote(v)) is not a size (bytes, optionally with K, M or G = 1024-based, e.g. 64K)")
+    }
+    guard range.contains(n) else {
+        let hi = range.upperBound == Int.max ? "" : " \(formatSize(range.upperBound))"
+        throw ValueError(reason: "\(quote(v)) is out of range (\(formatSize(range.lowerBound)) ..\(hi))")
+    }
+    return n
+}
+
+private func duration(_ v: String, _ range: ClosedRange<UInt64>) throws(ValueError) -> UInt64 {
+    let n: UInt64
+    switch scanDuration(v) {
+    case .value(let ms): n = ms
+    case .tooLarge: throw ValueError(reason: "\(quote(v)) is too large")
+    case .invalid:
+        throw ValueError(reason: "\(quote(v)) is not a duration (e.g. 100ms, 30s, 5min, 1h, 1min 30s; "
+            + "a bare number is seconds)")
+    }
+    guard range.contains(n) else {
+        throw ValueError(reason: "\(quote(v)) is out of range "
+            + "(\(formatDuration(ms: range.lowerBound)) .. \(formatDuration(ms: range.upperBound)))")
+    }
+    return n
+}
+
+/// Booleans as systemd spells them, case-insensitive.
+private func boolean(_ v: String) throws(ValueError) -> Bool {
+    switch v.lowercased() {
+    case "yes", "true", "on", "1": return true
+    case "no", "false", "off", "0": return false
+    default: throw ValueError(reason: "\(quote(v)) is not a boolean (yes/no, true/false, on/off, 1/0)")
+    }
+}
+
+private func choice<T: RawRepresentable & CaseIterable>(_ v: String) throws(ValueError) -> T
+where T.RawValue == String {
+    guard let t = T(rawValue: v) else {
+        throw ValueError(reason: "\(quote(v)) is not one of "
+            + T.allCases.map(\.rawValue).joined(separator: ", "))
+    }
+    return t
+}
+
+// MARK: - Suggestions
+
+private func unknownKeyReason(_ section: String, _ key: String) -> String {
+    let keys = Config.knownKeys[section] ?? []
+    let hint = suggestion(key, among: keys, format: { $0 })
+    var reason = "unknown key '\(key)' in [\(section)]" + hint
+    if hint.isEmpty,
+       let home = Config.sectionOrder.first(where: { Config.knownKeys[$0]!.contains(key) }) {
+        reason += " (it belongs in [\(home)])"
+    }
+    return reason
+}
+
+/// " (did you mean 'x'?)" if a candidate is 1-2 edits away or differs only
+/// in case; empty otherwise.
+private func suggestion(_ word: String, among candidates: [String], format: (String) -> String) -> String {
+    let best = candidates
+        .map { ($0, $0 == word.lowercased() ? 0 : editDistance(Array(word.utf8), Array($0.utf8))) }
+        .filter { $0.1 <= 2 }
+        .min { $0.1 < $1.1 }
+    return best.map { " (did you mean '\(format($0.0))'?)" } ?? ""
+}
+
+/// Levenshtein distance; inputs here are short (a key against known keys),
+/// longer words are not compared.
+private func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
+    if a.count > 64 || b.count > 64 { return Int.max }
+    if a.isEmpty { return b.count }
+    var prev = Array(0...b.count)
+    for i in 1...a.count {
+        var cur = [i] + Array(repeating: 0, count: b.count)
+        for j in stride(from: 1, through: b.count, by: 1) {
+            cur[j] = Swift.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+        }
+        prev = cur
+    }
+    return prev[b.count]
+}
+
+// MARK: - File reading
+
+/// Reads a whole file with open/read; at most 16 MiB.
+private func readFile(_ path: String) throws(ConfigError) -> [UInt8] {
+    func failErrno(_ what: String) -> ConfigError {
+        ConfigError(file: path, line: nil, reason: "\(what): \(String(cString: strerror(errno)))")
+    }
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    if fd < 0 { throw failErrno("cannot open") }
+    defer { close(fd) }
+    let limit = 16 << 20
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EINTR { continue }
+            throw failErrno("cannot read")
+        }
+        if n == 0 { break }
+        bytes.append(contentsOf: chunk[..<n])
+        if bytes.count > limit {
+            throw ConfigError(file: path, line: nil, reason: "file is larger than 16M")
+        }
+    }
+    return bytes
+}
