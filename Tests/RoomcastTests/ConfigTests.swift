@@ -1,0 +1,413 @@
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+@testable import RoomcastCore
+
+/// config/roomcastd.conf in the source tree (the source tree, not the build
+/// dir, so #filePath is right here).
+private let shippedConfPath: String = {
+    var parts = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false)
+    parts.removeLast(3)  // ConfigTests.swift, RoomcastTests, Tests
+    return parts.joined(separator: "/") + "/config/roomcastd.conf"
+}()
+
+private func parseError(_ text: String) -> ConfigError? {
+    do {
+        _ = try Config.parse(text, file: "t.conf")
+        return nil
+    } catch {
+        return error
+    }
+}
+
+/// Writes bytes to a fresh temporary file and returns its path.
+private func tempFile(_ bytes: [UInt8]) -> String {
+    var template = Array("/tmp/roomcast-config-test-XXXXXX".utf8CString)
+    let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+    precondition(fd >= 0)
+    _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    close(fd)
+    return String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}
+
+@Suite struct UnitsTests {
+    @Test(arguments: [
+        ("0", 0), ("100ms", 100), ("30s", 30_000), ("5min", 300_000), ("1h", 3_600_000),
+        ("1min 30s", 90_000), ("1min30s", 90_000), ("1h 1min 1s 1ms", 3_661_001),
+        ("30", 30_000), ("  7s\t", 7_000), ("5 min", 300_000), ("0ms", 0), ("0s", 0),
+        ("9223372036854775807ms", 9_223_372_036_854_775_807),
+    ] as [(String, UInt64)])
+    func durations(text: String, ms: UInt64) {
+        #expect(parseDuration(text) == ms)
+    }
+
+    @Test(arguments: [
+        "", " ", "30x", "1.5s", "-1s", "+1s", "s", "ms", "1min 30", "30 1min", "1m", "1sec", "1S",
+        "1 h h", "99999999999999999999", "99999999999999999999s", "9223372036854775808ms",
+        "2562047788015216h", "5124095576030431h 1h", "1h\n", "１s",
+    ])
+    func badDurations(text: String) {
+        #expect(parseDuration(text) == nil)
+    }
+
+    @Test(arguments: [
+        ("0", 0), ("1", 1), ("1000", 1000), ("1K", 1024), ("64K", 65_536), ("4M", 4 << 20),
+        ("1G", 1 << 30), (" 2K ", 2048), ("8589934591G", 8_589_934_591 << 30),
+        ("9223372036854775807", Int.max),
+    ] as [(String, Int)])
+    func sizes(text: String, bytes: Int) {
+        #expect(parseSize(text) == bytes)
+    }
+
+    @Test(arguments: [
+        "", "K", "1k", "1KB", "1 K", "1T", "-1", "+1", "1.5M", "0x10", "99999999999999999999K",
+        "99999999999999999999", "9223372036854775808", "8589934592G", "9007199254740992K", "1KK",
+    ])
+    func badSizes(text: String) {
+        #expect(parseSize(text) == nil)
+    }
+
+    @Test func formatting() {
+        #expect(formatDuration(ms: 0) == "0")
+        #expect(formatDuration(ms: 100) == "100ms")
+        #expect(formatDuration(ms: 1500) == "1500ms")
+        #expect(formatDuration(ms: 30_000) == "30s")
+        #expect(formatDuration(ms: 300_000) == "5min")
+        #expect(formatDuration(ms: 7_200_000) == "2h")
+        #expect(formatSize(0) == "0")
+        #expect(formatSize(1000) == "1000")
+        #expect(formatSize(65_536) == "64K")
+        #expect(formatSize(4 << 20) == "4M")
+        #expect(formatSize(1 << 30) == "1G")
+        #expect(formatSize(1536) == "1536")
+        for ms: UInt64 in [0, 1, 999, 1000, 61_000, 3_600_000, 86_400_000, UInt64(Int64.max)] {
+            #expect(parseDuration(formatDuration(ms: ms)) == ms)
+        }
+        for b in [0, 1, 1023, 1024, 65_542, 4 << 20, 3 << 30, Int.max] {
+            #expect(parseSize(formatSize(b)) == b)
+        }
+    }
+}
+
+@Suite struct ListenAddressTests {
+    @Test(arguments: [
+        ("0.0.0.0:9898", "0.0.0.0", 9898, false), ("127.0.0.1:0", "127.0.0.1", 0, false),
+        ("[::1]:9898", "::1", 9898, true), ("[::]:65535", "::", 65535, true),
+        ("[0:0:0:0:0:0:0:1]:1", "::1", 1, true), ("[::FFFF:1.2.3.4]:80", "::ffff:1.2.3.4", 80, true),
+    ] as [(String, String, UInt16, Bool)])
+    func good(text: String, host: String, port: UInt16, v6: Bool) {
+        let a = ListenAddress.parse(text)
+        #expect(a == ListenAddress(host: host, port: port, isIPv6: v6))
+        #expect(a.map { ListenAddress.parse($0.description) == $0 } == true)
+    }
+
+    @Test(arguments: [
+        "", "9898", ":9898", "0.0.0.0", "0.0.0.0:", "0.0.0.0:65536", "0.0.0.0:-1", "0.0.0.0:+80",
+        "0.0.0.0:99999999999999999999", "localhost:9898", "1.2.3:80", "1.2.3.4.5:80", "256.1.1.1:80",
+        "::1:9898", "[::1]", "[::1]9898", "[::1]:", "[1.2.3.4]:80", "[::1%lo]:80", "[::1]:80x",
+        " 1.2.3.4:80", "1.2.3.4 :80", "[]:80", "[::1:80",
+    ])
+    func bad(text: String) {
+        #expect(ListenAddress.parse(text) == nil)
+    }
+
+    @Test func descriptions() {
+        #expect(ListenAddress(host: "1.2.3.4", port: 9898, isIPv6: false).description == "1.2.3.4:9898")
+        #expect(ListenAddress(host: "::1", port: 9898, isIPv6: true).description == "[::1]:9898")
+    }
+}
+
+@Suite struct ConfigTests {
+    @Test func emptyTextGivesDefaults() throws {
+        #expect(try Config.parse("", file: "t") == Config.defaults)
+        #expect(try Config.parse("\n# only comments\n; here\n\n[server]\n[log]\n", file: "t") == Config.defaults)
+        #expect(Config.defaults.server.listen.map(\.description) == ["0.0.0.0:9898"])
+    }
+
+    @Test func shippedFileEqualsDefaults() throws {
+        #expect(try Config.load(path: shippedConfPath) == Config.defaults)
+    }
+
+    /// Uncommenting every `#key = value` line must still give the defaults:
+    /// the documented values are the real ones.
+    @Test func shippedFileUncommentedEqualsDefaults() throws {
+        let bytes = try #require(readAll(shippedConfPath))
+        let text = String(decoding: bytes, as: UTF8.self)
+        let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
+        }.joined(separator: "\n")
+        #expect(uncommented != text)
+        #expect(try Config.parse(uncommented, file: "uncommented") == Config.defaults)
+    }
+
+    /// Every known key appears as `#key = ` in its section, with a comment
+    /// line above it, sections in the documented order; and nothing else.
+    @Test func shippedFileDocumentsEveryKey() throws {
+        let bytes = try #require(readAll(shippedConfPath))
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
+        var found: [String: [String]] = [:]
+        var order: [String] = []
+        var section = ""
+        for (i, line) in lines.enumerated() {
+            if line.hasPrefix("[") {
+                section = String(line.dropFirst().dropLast())
+                order.append(section)
+            } else if line.hasPrefix("#"), !line.hasPrefix("# "), let eq = line.firstIndex(of: "=") {
+                let key = line.dropFirst()[..<eq].trimmingSpaces
+                found[section, default: []].append(key)
+                #expect(lines[i - 1].hasPrefix("# "), "no comment above \(key)")
+            }
+        }
+        #expect(order == Config.sectionOrder)
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "log"])
+        #expect(found == Config.knownKeys)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 19)
+    }
+
+    @Test func everyKeyParsed() throws {
+        let text = """
+            [server]
+            listen = 127.0.0.1:0
+            max_clients = 5
+            default_room = hall # not a comment
+            [protocol]
+            byte_order = big
+            max_frame_bytes = 1M
+            join_type = 3
+            leave_type = 4
+            heartbeat_type = 1
+            echo = off
+            validate = False
+            max_violations = 10
+            [heartbeat]
+            timeout = 1min 30s
+            tick = 250ms
+            [limits]
+            output_soft_bytes = 1M
+            output_soft_seconds = 2
+            output_hard_bytes = 2M
+            [log]
+            level = debug
+            target = journal
+            stats_interval = 0
+            """
+        let c = try Config.parse(text, file: "t")
+        let expected = Config(
+            server: .init(listen: [ListenAddress(host: "127.0.0.1", port: 0, isIPv6: false)],
+                          maxClients: 5, defaultRoom: "hall # not a comment"),
+            protocol: .init(byteOrder: .big, maxFrameBytes: 1 << 20, joinType: 3, leaveType: 4,
+                            heartbeatType: 1, echo: false, validate: false, maxViolations: 10),
+            heartbeat: .init(timeoutMs: 90_000, tickMs: 250),
+            limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20),
+            log: .init(level: .debug, target: .journal, statsIntervalMs: 0))
+        #expect(c == expected)
+    }
+
+    @Test(arguments: [("yes", true), ("no", false), ("true", true), ("false", false), ("on", true),
+                      ("off", false), ("1", true), ("0", false), ("YES", true), ("Off", false)])
+    func booleans(text: String, value: Bool) throws {
+        #expect(try Config.parse("[protocol]\necho = \(text)", file: "t").protocol.echo == value)
+    }
+
+    @Test func repeatedListenReplacesDefault() throws {
+        let c = try Config.parse("""
+            [server]
+            listen = [::1]:9898
+            listen = 10.0.0.1:1234
+            [log]
+            level = error
+            [server]
+            listen = [::]:0
+            listen = [::]:0
+            """, file: "t")
+        #expect(c.server.listen.map(\.description) == ["[::1]:9898", "10.0.0.1:1234", "[::]:0", "[::]:0"])
+        #expect(c.log.level == .error)
+    }
+
+    @Test func crlfAndBOM() throws {
+        let text = "\u{FEFF}[heartbeat]\r\ntimeout = 5s\r\n\r\n# c\r\n[log]\r\nlevel = warning\r\n"
+        let c = try Config.parse(text, file: "t")
+        #expect(c.heartbeat.timeoutMs == 5_000)
+        #expect(c.log.level == .warning)
+        // Line numbers still count CRLF lines.
+        let e = parseError("\u{FEFF}[log]\r\nlevel = info\r\nlevel = info\r\n")
+        #expect(e?.line == 3)
+        // From a file too.
+        let path = tempFile([0xEF, 0xBB, 0xBF] + Array("[log]\r\nlevel = debug\r\n".utf8))
+        defer { unlink(path) }
+        #expect(try Config.load(path: path).log.level == .debug)
+    }
+
+    /// Debian's libinih splits lines over 200 characters; the rest would
+    /// become a bogus line. Here a 10,000-character line is one line.
+    @Test func longLinesAreOneLine() throws {
+        let filler = String(repeating: "x", count: 10_000)
+        // A long comment containing '=' stays a comment.
+        let c = try Config.parse("[log]\n# \(filler) = 1\nlevel = debug\n", file: "t")
+        #expect(c.log.level == .debug)
+        // A long value is one value; the error is on its line and short.
+        let e = try #require(parseError("[server]\n\ndefault_room = \(filler)\n"))
+        #expect(e.line == 3)
+        #expect(e.reason.contains("10000 bytes long, at most 255"))
+        #expect(e.description.utf8.count < 200)
+        // 255 bytes of UTF-8 is the limit, counted in bytes.
+        let room = String(repeating: "é", count: 127) + "x"  // 255 bytes
+        #expect(try Config.parse("[server]\ndefault_room = \(room)", file: "t").server.defaultRoom == room)
+        #expect(parseError("[server]\ndefault_room = \(room)x") != nil)
+    }
+
+    @Test(arguments: [
+        // syntax
+        ("[server]\nmax_clients 5", 2, "expected 'key = value'"),
+        ("max_clients = 5", 1, "outside any section"),
+        ("\n\n[server\n", 3, "malformed section header"),
+        ("[server] # c\n", 1, "malformed section header"),
+        ("[]\n", 1, "malformed section header"),
+        ("[server]\n = 5\n", 2, "missing key name"),
+        // unknown names
+        ("[srever]\n", 1, "unknown section '[srever]' (did you mean '[server]'?)"),
+        ("[Server]\n", 1, "did you mean '[server]'?"),
+        ("[server]\n\nmax_client = 5", 3, "unknown key 'max_client' in [server] (did you mean 'max_clients'?)"),
+        ("[server]\nMax_Clients = 5", 2, "did you mean 'max_clients'?"),
+        ("[server]\ntimeout = 5s", 2, "it belongs in [heartbeat]"),
+        ("[log]\nbogus = 1", 2, "unknown key 'bogus' in [log]"),
+        // duplicates
+        ("[server]\nmax_clients = 5\n\n[log]\n[server]\nmax_clients = 6", 6, "already set at line 2"),
+        ("[server]\nlisten = 1.2.3.4:80\nlisten = 1.2.3.4:80", 3, "already listed at line 2"),
+        // bad values
+        ("[server]\nlisten = localhost:80", 2, "server.listen: 'localhost:80' is not a listen address"),
+        ("[server]\nlisten = ::1:80", 2, "[IPv6]:PORT"),
+        ("[server]\nlisten =", 2, "is not a listen address"),
+        ("[server]\nmax_clients = ten", 2, "server.max_clients: 'ten' is not a non-negative integer"),
+        ("[server]\nmax_clients = 0", 2, "out of range (1 .. 1048576)"),
+        ("[server]\nmax_clients = -1", 2, "is not a non-negative integer"),
+        ("[server]\nmax_clients = 99999999999999999999", 2, "out of range (1 .. 1048576)"),
+        ("[server]\ndefault_room =", 2, "server.default_room: must not be empty"),
+        ("[protocol]\nbyte_order = network", 2, "'network' is not one of little, big"),
+        ("[protocol]\nmax_frame_bytes = 0", 2, "out of range (1 .. 1G)"),
+        ("[protocol]\nmax_frame_bytes = 2G", 2, "out of range"),
+        ("[protocol]\nmax_frame_bytes = 64KB", 2, "is not a size"),
+        ("[protocol]\nmax_frame_bytes = 99999999999999999999K", 2, "is too large"),
+        ("[protocol]\njoin_type = 65536", 2, "out of range (0 .. 65535)"),
+        ("[protocol]\nleave_type = 0x1", 2, "not a non-negative integer"),
+        ("[protocol]\necho = maybe", 2, "protocol.echo: 'maybe' is not a boolean (yes/no, true/false, on/off, 1/0)"),
+        ("[protocol]\nvalidate = 2", 2, "is not a boolean"),
+        ("[protocol]\nmax_violations = 99999999999999999999", 2, "out of range (1 ..)"),
+        ("[protocol]\nmax_violations = 0", 2, "protocol.max_violations: '0' is out of range (1 ..)"),
+        ("[heartbeat]\ntimeout = 30x", 2, "heartbeat.timeout: '30x' is not a duration (e.g. 100ms, 30s, 5min"),
+        ("[heartbeat]\ntimeout = 25h", 2, "out of range (0 .. 24h)"),
+        ("[heartbeat]\ntimeout = 99999999999999999999h", 2, "heartbeat.timeout: '99999999999999999999h' is too large"),
+        ("[heartbeat]\ntimeout = 9999999999999h", 2, "is too large"),
+        ("[heartbeat]\ntick = 0", 2, "out of range (1ms .. 10s)"),
+        ("[heartbeat]\ntick = 11s", 2, "out of range (1ms .. 10s)"),
+        ("[limits]\noutput_soft_bytes = lots", 2, "limits.output_soft_bytes: 'lots' is not a size"),
+        ("[limits]\noutput_soft_seconds = 10 s s", 2, "is not a duration"),
+        ("[log]\nlevel = INFO", 2, "log.level: 'INFO' is not one of debug, info, notice, warning, error"),
+        ("[log]\ntarget = syslog", 2, "not one of auto, journal, stderr"),
+        ("[log]\nstats_interval = -1", 2, "is not a duration"),
+        // cross-key rules: reported at the later line
+        ("[protocol]\njoin_type = 8", 2, "protocol.join_type: 8 is the same as protocol.heartbeat_type"),
+        ("[protocol]\nleave_type = 5\n\njoin_type = 5", 4, "protocol.join_type: 5 is the same as protocol.leave_type"),
+        ("[protocol]\njoin_type = 5\nleave_type = 5", 3, "protocol.leave_type: 5 is the same as protocol.join_type"),
+        ("[heartbeat]\ntimeout = 100ms", 2, "heartbeat.tick (100ms) must be less than heartbeat.timeout (100ms)"),
+        ("[heartbeat]\ntick = 5s\ntimeout = 2s", 3, "must be less than"),
+        ("[limits]\noutput_hard_bytes = 128K", 2, "output_soft_bytes (256K) must not exceed limits.output_hard_bytes (128K)"),
+        ("[limits]\noutput_soft_bytes = 1K\noutput_hard_bytes = 65541\n", 3, "at least protocol.max_frame_bytes + 6 (65542)"),
+        ("[limits]\noutput_soft_bytes = 1K\noutput_hard_bytes = 64K\n[protocol]\nmax_frame_bytes = 65531", 5, "at least"),
+        // the first error wins
+        ("[log]\nlevel = loud\nlevel = quiet", 2, "'loud'"),
+    ] as [(String, Int, String)])
+    func errorsNameTheirLine(text: String, line: Int, reason: String) throws {
+        let e = try #require(parseError(text), "accepted: \(text)")
+        #expect(e.line == line, "\(e)")
+        #expect(e.reason.contains(reason), "\(e)")
+        #expect(e.file == "t.conf")
+        #expect(e.description.hasPrefix("t.conf:\(line): "))
+    }
+
+    @Test func edgeValuesAccepted() throws {
+        let c = try Config.parse("""
+            [protocol]
+            max_frame_bytes = 1G
+            join_type = 65535
+            leave_type = 0
+            heartbeat_type = 1
+            [limits]
+            output_hard_bytes = 1048582K
+            output_soft_bytes = 0
+            output_soft_seconds = 0
+            [heartbeat]
+            timeout = 0
+            tick = 10s
+            """, file: "t")
+        #expect(c.protocol.maxFrameBytes == 1 << 30)
+        #expect(c.limits.outputHardBytes == (1 << 30) + 6 * 1024)
+        #expect(parseError("[protocol]\nmax_frame_bytes = 1G\n[limits]\noutput_hard_bytes = 1G")?.line == 4)
+        #expect(c.heartbeat.timeoutMs == 0)
+        #expect(c.heartbeat.tickMs == 10_000)
+    }
+
+    @Test func loadErrors() throws {
+        do {
+            _ = try Config.load(path: "/nonexistent/roomcastd.conf")
+            Issue.record("loaded a missing file")
+        } catch {
+            #expect(error.line == nil)
+            #expect(error.description == "/nonexistent/roomcastd.conf: cannot open: No such file or directory")
+        }
+        do {
+            _ = try Config.load(path: "/tmp")
+            Issue.record("loaded a directory")
+        } catch {
+            #expect(error.line == nil)
+            #expect(error.reason.contains("Is a directory"))
+        }
+        let path = tempFile(Array("[server]\ndefault_room = ok\n[log]\nlevel = ".utf8) + [0xFF, 0x0A])
+        defer { unlink(path) }
+        do {
+            _ = try Config.load(path: path)
+            Issue.record("loaded invalid UTF-8")
+        } catch {
+            #expect(error.line == 4)
+            #expect(error.reason == "invalid UTF-8")
+        }
+    }
+
+    @Test func logLevels() {
+        #expect(LogLevel.debug < .info && LogLevel.info < .notice && LogLevel.notice < .warning)
+        #expect(LogLevel.warning < .error)
+        #expect(LogLevel.allCases.map(\.syslogPriority) == [7, 6, 5, 4, 3])
+        #expect(LogTarget(rawValue: "journal") == .journal)
+    }
+
+    @Test func iniDocumentKeepsOrderAndValues() throws {
+        let doc = try INIDocument.parse("[a]\n  k  =  v = w  \n;c\n[b]\nx=\n[a]\n", file: "t")
+        #expect(doc.items == [
+            .section(name: "a", line: 1),
+            .entry(INIEntry(section: "a", key: "k", value: "v = w", line: 2)),
+            .section(name: "b", line: 4),
+            .entry(INIEntry(section: "b", key: "x", value: "", line: 5)),
+            .section(name: "a", line: 6),
+        ])
+    }
+}
+
+private func readAll(_ path: String) -> [UInt8]? {
+    guard let f = fopen(path, "rb") else { return nil }
+    defer { fclose(f) }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = fread(&buf, 1, buf.count, f)
+        if n == 0 { break }
+        out += buf[..<n]
+    }
+    return out
+}
+
+extension Substring {
+    fileprivate var trimmingSpaces: String {
+        String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+    }
+}
