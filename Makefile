@@ -78,12 +78,7 @@ static:
 install: static
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast"
 	install -m 0755 .build-static/release/roomcastd "$(DESTDIR)$(BINDIR)/roomcastd"
-	for unit in roomcastd.service roomcastd.socket; do \
-	    sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' systemd/$$unit \
-	        > "$(DESTDIR)$(UNITDIR)/$$unit.tmp"; \
-	    chmod 0644 "$(DESTDIR)$(UNITDIR)/$$unit.tmp"; \
-	    mv "$(DESTDIR)$(UNITDIR)/$$unit.tmp" "$(DESTDIR)$(UNITDIR)/$$unit"; \
-	done
+	systemd/render "$(BINDIR)" "$(SYSCONFDIR)" "$(DESTDIR)$(UNITDIR)"
 	@# Never overwrite an operator's config. 0644: the service's dynamic user must read it.
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf" ]; then \
 	    echo "install: keeping existing $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf"; \

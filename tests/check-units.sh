@@ -3,7 +3,7 @@
 # `systemd-analyze verify` exits 0 even on unknown keys and bad values (it only
 # warns), so any output at all is a failure. ExecStart= must name an existing
 # executable, so the units are rendered into a scratch folder with @BINDIR@
-# pointing at a stub there, exactly as `make install` renders them.
+# pointing at a stub there, by systemd/render, as `make install` renders them.
 # Also fails if the self-binding service scores worse than MAX_EXPOSURE.
 set -euo pipefail
 
@@ -14,16 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 mkdir -p "$tmp/bin" "$tmp/units"
 install -m 0755 /bin/true "$tmp/bin/roomcastd"
-for unit in roomcastd.socket roomcastd.service; do
-    sed -e "s|@BINDIR@|$tmp/bin|g" -e "s|@SYSCONFDIR@|/etc|g" \
-        "$top/systemd/$unit" > "$tmp/units/$unit"
-done
-
-if left=$(grep -n '@[A-Z_]*@' "$tmp/units/"*); then
-    echo "check-units: placeholder left after rendering:" >&2
-    echo "$left" >&2
-    exit 1
-fi
+"$top/systemd/render" "$tmp/bin" /etc "$tmp/units"
 
 out=$(systemd-analyze verify --man=no "$tmp/units/roomcastd.socket" "$tmp/units/roomcastd.service" 2>&1) || true
 if [ -n "$out" ]; then
