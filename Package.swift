@@ -19,7 +19,7 @@ let package = Package(
             providers: [.apt(["libsystemd-dev"])]
         ),
         // Pure logic, standard library only: frame codec, proto2, timing wheel,
-        // config, relay policy. No syscalls, no clock.
+        // config, relay policy. No clock, no sockets (only Config.load reads a file).
         .target(name: "RoomcastCore"),
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),

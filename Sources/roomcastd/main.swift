@@ -1,2 +1,70 @@
+// roomcastd: the chat-room relay daemon. See README.md.
+import CShim
+@preconcurrency import Glibc
+import RoomcastCore
 import RoomcastServer
-print("roomcastd")
+
+// Block the signals we handle before anything can start a thread, and take
+// them through a signalfd in the event loop (notes/swift-linux.md §2).
+// SIGPIPE never kills the process: sends use MSG_NOSIGNAL, and it is ignored.
+let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, 0])
+signal(SIGPIPE, SIG_IGN)
+
+/// sysexits(3) codes.
+let exUsage: Int32 = 64
+let exConfig: Int32 = 78
+
+setvbuf(stdout, nil, _IOLBF, 0)
+
+func fail(_ message: String, status: Int32) -> Never {
+    fputs("roomcastd: \(message)\n", stderr)
+    exit(status)
+}
+
+guard signalFD >= 0 else { fail("signalfd: \(String(cString: strerror(errno)))", status: 1) }
+
+let invocation: CommandLineOptions
+switch CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst())) {
+case .success(let parsed): invocation = parsed
+case .failure(let error): fail("\(error.message)\nTry 'roomcastd --help'.", status: exUsage)
+}
+
+if invocation.showHelp {
+    print(CommandLineOptions.usage)
+    exit(0)
+}
+if invocation.showVersion {
+    print("roomcastd \(roomcastVersion)")
+    exit(0)
+}
+
+// systemd's environment is read once, before anything else (notes/systemd.md §7).
+let systemd = Systemd.fromEnvironment()
+
+var config: Config
+do {
+    config = try Config.load(path: invocation.configPath)
+    if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
+} catch {
+    systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
+    fail(error.description, status: exConfig)
+}
+
+if invocation.checkConfig {
+    print("\(invocation.configPath): configuration is valid")
+    exit(0)
+}
+
+let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target))
+logger.info("roomcastd \(roomcastVersion) starting", ["CONFIG_FILE": invocation.configPath])
+
+do {
+    let server = try Server(config: config,
+                            options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
+                            systemd: systemd, logger: logger, signalFD: signalFD)
+    exit(try server.run())
+} catch {
+    logger.error("fatal: \(error.description)", ["REASON": error.description])
+    systemd.notify("STATUS=failed: \(error.description)\nERRNO=\(error.errno)")
+    exit(1)
+}

@@ -1,0 +1,270 @@
+/// Where the relay puts frames. The server's connection table implements it
+/// by appending to each connection's output buffer; tests record deliveries.
+/// The relay never performs I/O itself.
+public protocol FrameSink: AnyObject {
+    /// Queues one whole frame (6-byte header + body, exactly as it should go
+    /// on the wire) for connection `id`. `frame` is only valid during the call.
+    func deliver(_ frame: UnsafeRawBufferPointer, to id: Int)
+}
+
+/// The relay rules that can change on reload (PROTOCOL.md §2-§4).
+public struct RelaySettings: Equatable, Sendable {
+    public var byteOrder: ByteOrder
+    public var joinType: UInt16
+    public var leaveType: UInt16
+    public var heartbeatType: UInt16
+    /// Text (2) and gift (3) are fixed by seed 000's `MsgType`.
+    public var textType: UInt16 = 2
+    public var giftType: UInt16 = 3
+    /// Send frames back to their sender too (PROTOCOL.md §4).
+    public var echo: Bool
+    /// Check join/leave/text/gift bodies against the proto2 schema (§3).
+    public var validate: Bool
+    /// Bad frames after which the sender is disconnected (>= 1).
+    public var maxViolations: Int
+    /// The room a connection is in after accept and after a join without `room`.
+    public var defaultRoom: String
+
+    public init(byteOrder: ByteOrder = .little, joinType: UInt16 = 0, leaveType: UInt16 = 1, heartbeatType: UInt16 = 8,
+                echo: Bool = true, validate: Bool = true, maxViolations: Int = 3, defaultRoom: String = "lobby") {
+        self.byteOrder = byteOrder
+        self.joinType = joinType
+        self.leaveType = leaveType
+        self.heartbeatType = heartbeatType
+        self.echo = echo
+        self.validate = validate
+        self.maxViolations = maxViolations
+        self.defaultRoom = defaultRoom
+    }
+}
+
+/// What the relay did with one frame, for the caller's logs and counters.
+public enum RelayEvent: Equatable, Sendable {
+    /// A heartbeat: proof of life only, never relayed (§2).
+    case heartbeat
+    /// Relayed to `recipients` connections (0 when the sender is in no room).
+    case relayed(recipients: Int)
+    /// A join moved the sender into `room` and was relayed there.
+    case joined(name: String, room: String, recipients: Int)
+    /// A leave took the sender out of `room` (nil: it was in none).
+    case left(room: String?, recipients: Int)
+    /// The frame was dropped: `reason` says why; `violations` counts the
+    /// sender's bad frames so far; `disconnect` is true once the count reaches
+    /// `maxViolations`.
+    case rejected(reason: String, violations: Int, disconnect: Bool)
+}
+
+/// Rooms, memberships and the per-connection session state (identity from
+/// join, violation count) — the relay policy of PROTOCOL.md §2-§4, with no
+/// syscalls. Connection ids are small dense integers (slot indices) chosen
+/// by the caller; every operation is O(1) except broadcasts, which are
+/// O(room members).
+public struct Relay {
+    public private(set) var settings: RelaySettings
+
+    private struct Room {
+        var name: String
+        var members: [Int] = []
+    }
+
+    private struct Session {
+        var active = false
+        var room = -1            // index into rooms, -1: in no room
+        var position = -1        // index into rooms[room].members
+        var identity: [UInt8]?   // the UserInfo body of the last join (§4)
+        var name = ""
+        var violations = 0
+    }
+
+    private var rooms: [Room] = []
+    private var freeRooms: [Int] = []
+    private var roomIndex: [String: Int] = [:]
+    private var sessions: [Session] = []
+
+    public init(settings: RelaySettings) {
+        self.settings = settings
+    }
+
+    /// Applies new settings; memberships and identities are kept. A new
+    /// default room applies to connections accepted from now on.
+    public mutating func reconfigure(_ settings: RelaySettings) {
+        self.settings = settings
+    }
+
+    /// Number of rooms with at least one member.
+    public var roomCount: Int { roomIndex.count }
+
+    /// Members of `room` (0 when it does not exist).
+    public func memberCount(of room: String) -> Int {
+        roomIndex[room].map { rooms[$0].members.count } ?? 0
+    }
+
+    /// The room connection `id` is in, if any.
+    public func room(of id: Int) -> String? {
+        guard id < sessions.count, sessions[id].room >= 0 else { return nil }
+        return rooms[sessions[id].room].name
+    }
+
+    /// The name from the connection's last join ("" before any join).
+    public func name(of id: Int) -> String {
+        id < sessions.count ? sessions[id].name : ""
+    }
+
+    /// Whether connection `id` has joined (and not left since).
+    public func hasJoined(_ id: Int) -> Bool {
+        id < sessions.count && sessions[id].identity != nil
+    }
+
+    /// A newly accepted connection: it becomes a member of the default room
+    /// (seed clients receive the room's traffic before they join, §4).
+    public mutating func connect(_ id: Int) {
+        precondition(id >= 0)
+        if id >= sessions.count {
+            sessions.append(contentsOf: repeatElement(Session(), count: id + 1 - sessions.count))
+        }
+        precondition(!sessions[id].active, "connection id \(id) is already in use")
+        sessions[id] = Session(active: true)
+        enter(id, room: settings.defaultRoom)
+    }
+
+    /// The connection is gone (closed, evicted). If it had joined, its room
+    /// gets a leave frame carrying the `UserInfo` from its join, exactly as if
+    /// it had sent leave itself (§4); otherwise it leaves silently.
+    /// - Returns: the room it left and how many members were told.
+    @discardableResult
+    public mutating func disconnect(_ id: Int, sink: some FrameSink) -> (room: String?, recipients: Int) {
+        guard id < sessions.count, sessions[id].active else { return (nil, 0) }
+        let room = self.room(of: id)
+        var told = 0
+        if let identity = sessions[id].identity, let r = exit(id) {
+            told = announceLeave(identity, room: r, sink: sink)
+        } else {
+            _ = exit(id)
+        }
+        sessions[id] = Session()
+        return (room, told)
+    }
+
+    /// Handles one complete frame from connection `id`. `frame` is the whole
+    /// frame as received (header + body); relayed copies are byte-identical.
+    public mutating func receive(from id: Int, type: UInt16, frame: UnsafeRawBufferPointer, sink: some FrameSink) -> RelayEvent {
+        precondition(id < sessions.count && sessions[id].active, "frame from unknown connection \(id)")
+        let body = UnsafeRawBufferPointer(rebasing: frame[FrameCodec.headerSize...])
+        let s = settings
+        switch type {
+        case s.heartbeatType:
+            return .heartbeat
+        case s.joinType:
+            return join(id, body: body, frame: frame, sink: sink)
+        case s.leaveType:
+            if s.validate, let error = check(.userInfo, body) { return violation(id, "leave: \(error)") }
+            let old = exit(id)
+            sessions[id].identity = nil
+            guard let r = old else { return .left(room: nil, recipients: 0) }
+            return .left(room: rooms.indices.contains(r) ? rooms[r].name : nil, recipients: broadcast(frame, room: r, from: id, sink: sink))
+        case s.textType:
+            if s.validate, let error = check(.chatMessage, body) { return violation(id, "text: \(error)") }
+        case s.giftType:
+            if s.validate, let error = check(.giftMessage, body) { return violation(id, "gift: \(error)") }
+        default:
+            break // opaque: relayed unchanged (§2)
+        }
+        let r = sessions[id].room
+        guard r >= 0 else { return .relayed(recipients: 0) }
+        return .relayed(recipients: broadcast(frame, room: r, from: id, sink: sink))
+    }
+
+    // MARK: - Private
+
+    private func check(_ kind: BodyKind, _ body: UnsafeRawBufferPointer) -> ProtoError? {
+        do { try validateBody(kind, body); return nil } catch { return error }
+    }
+
+    private mutating func violation(_ id: Int, _ reason: String) -> RelayEvent {
+        sessions[id].violations += 1
+        let n = sessions[id].violations
+        return .rejected(reason: reason, violations: n, disconnect: n >= settings.maxViolations)
+    }
+
+    private mutating func join(_ id: Int, body: UnsafeRawBufferPointer, frame: UnsafeRawBufferPointer, sink: some FrameSink) -> RelayEvent {
+        let info: UserInfo?
+        do {
+            info = try UserInfo(protobuf: body)
+        } catch {
+            if settings.validate { return violation(id, "join: \(error)") }
+            info = nil
+        }
+        var target = settings.defaultRoom
+        if let room = info?.room, !room.isEmpty { target = room }
+        let current = sessions[id].room
+        if current < 0 || rooms[current].name != target {
+            // A joined client moving rooms says goodbye to the old one (§4).
+            if let identity = sessions[id].identity, let old = exit(id) {
+                _ = announceLeave(identity, room: old, sink: sink)
+            } else {
+                _ = exit(id)
+            }
+            enter(id, room: target)
+        }
+        sessions[id].identity = Array(body)
+        sessions[id].name = info?.name ?? ""
+        let r = sessions[id].room
+        return .joined(name: sessions[id].name, room: target, recipients: broadcast(frame, room: r, from: id, sink: sink))
+    }
+
+    private func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
+        guard rooms.indices.contains(r) else { return 0 }
+        let echo = settings.echo
+        var count = 0
+        for member in rooms[r].members where echo || member != sender {
+            sink.deliver(frame, to: member)
+            count += 1
+        }
+        return count
+    }
+
+    /// Sends a synthesized leave (type leave, body = identity) to room `r`.
+    private func announceLeave(_ identity: [UInt8], room r: Int, sink: some FrameSink) -> Int {
+        let frame = FrameCodec.encode(type: settings.leaveType, body: identity, byteOrder: settings.byteOrder)
+        return frame.withUnsafeBytes { broadcast($0, room: r, from: -1, sink: sink) }
+    }
+
+    private mutating func enter(_ id: Int, room name: String) {
+        let r: Int
+        if let existing = roomIndex[name] {
+            r = existing
+        } else if let free = freeRooms.popLast() {
+            r = free
+            rooms[r] = Room(name: name)
+            roomIndex[name] = r
+        } else {
+            r = rooms.count
+            rooms.append(Room(name: name))
+            roomIndex[name] = r
+        }
+        sessions[id].room = r
+        sessions[id].position = rooms[r].members.count
+        rooms[r].members.append(id)
+    }
+
+    /// Takes `id` out of its room (swap-remove, O(1)); returns the room index
+    /// it was in. An emptied room is deleted, but its index stays valid for
+    /// the caller's immediate broadcast (it has no members, so nobody hears).
+    private mutating func exit(_ id: Int) -> Int? {
+        let r = sessions[id].room
+        guard r >= 0 else { return nil }
+        let pos = sessions[id].position
+        let last = rooms[r].members.removeLast()
+        if last != id {
+            rooms[r].members[pos] = last
+            sessions[last].position = pos
+        }
+        sessions[id].room = -1
+        sessions[id].position = -1
+        if rooms[r].members.isEmpty {
+            roomIndex[rooms[r].name] = nil
+            freeRooms.append(r)
+        }
+        return r
+    }
+}

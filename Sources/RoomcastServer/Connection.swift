@@ -1,0 +1,123 @@
+import RoomcastCore
+
+/// Where a connection is in its life (memcached's `conn_states`): changed
+/// only through `ConnectionTable.markClosing` and `Server`'s EOF handling.
+enum ConnectionState: Equatable {
+    /// Reading frames and receiving relayed ones.
+    case open
+    /// No more reading (the peer sent EOF, or the daemon is stopping): what
+    /// is already owed is flushed until `drainDeadlineMs`, then it closes.
+    case draining
+    /// Marked for close with a reason; reaped at the end of the loop iteration.
+    case closing
+}
+
+/// One client connection: its socket, buffers and limits bookkeeping. It
+/// knows nothing of rooms (the relay owns those by connection id).
+struct Connection {
+    let fd: Int32
+    let generation: UInt32
+    /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
+    let address: String
+    var state: ConnectionState = .open
+    /// A partial frame carried over between reads (grows with bytes
+    /// received, never with the length a header claims).
+    var input: [UInt8] = []
+    /// Bytes owed to the peer; `outputStart` of them are already written.
+    var output: [UInt8] = []
+    var outputStart = 0
+    /// EPOLLOUT is registered (only while the kernel refused bytes).
+    var writeArmed = false
+    /// When the pending output first went above `output_soft_bytes`.
+    var softSinceMs: UInt64?
+    /// Queued in the table's flush list for this iteration.
+    var flushQueued = false
+    /// Why it is being closed (for the log).
+    var closeReason = ""
+    /// The relay has already been told it is gone (leave announced).
+    var departed = false
+    /// Deadline for flushing owed output while draining, in ms.
+    var drainDeadlineMs: UInt64 = 0
+
+    init(fd: Int32, generation: UInt32, address: String) {
+        self.fd = fd
+        self.generation = generation
+        self.address = address
+    }
+
+    /// Bytes queued and not yet written.
+    var pendingOutput: Int { output.count - outputStart }
+}
+
+/// All connections in dense slots (ids are slot indices, reused after close
+/// with a new generation). It is the relay's `FrameSink`: a delivery appends
+/// the frame to the recipient's output buffer and queues the connection for
+/// the single flush at the end of the loop iteration. A recipient over the
+/// hard output limit is marked for close, never written to again, and the
+/// broadcast goes on for everyone else (PROTOCOL.md §6).
+final class ConnectionTable: FrameSink {
+    var slots: [Connection?] = []
+    private var freeSlots: [Int] = []
+    private var generations: [UInt32] = []
+    private(set) var count = 0
+
+    /// Connections with output queued in this iteration.
+    var flushList: [Int] = []
+    /// Connections marked for close, reaped at the end of the iteration.
+    var closeList: [Int] = []
+
+    /// `limits.output_hard_bytes`.
+    var outputHardBytes: Int
+    /// Frames handed to connections (the "out" figure of STATUS).
+    var deliveries: UInt64 = 0
+
+    init(outputHardBytes: Int) {
+        self.outputHardBytes = outputHardBytes
+    }
+
+    /// Takes a free slot for a new connection and returns its id.
+    func add(fd: Int32, address: String) -> Int {
+        let id: Int
+        if let free = freeSlots.popLast() {
+            id = free
+        } else {
+            id = slots.count
+            slots.append(nil)
+            generations.append(0)
+        }
+        generations[id] &+= 1
+        slots[id] = Connection(fd: fd, generation: generations[id], address: address)
+        count += 1
+        return id
+    }
+
+    /// Frees the slot of a reaped connection.
+    func remove(_ id: Int) {
+        guard slots[id] != nil else { return }
+        slots[id] = nil
+        freeSlots.append(id)
+        count -= 1
+    }
+
+    /// Marks `id` for close at the end of the iteration; the first reason wins.
+    func markClosing(_ id: Int, reason: String) {
+        guard slots[id] != nil, slots[id]!.state != .closing else { return }
+        slots[id]!.state = .closing
+        slots[id]!.closeReason = reason
+        closeList.append(id)
+    }
+
+    func deliver(_ frame: UnsafeRawBufferPointer, to id: Int) {
+        guard slots[id] != nil, slots[id]!.state != .closing else { return }
+        if slots[id]!.pendingOutput + frame.count > outputHardBytes {
+            markClosing(id, reason: "slow consumer: output buffer would exceed output_hard_bytes (\(formatSize(outputHardBytes)))")
+            return
+        }
+        slots[id]!.output.append(contentsOf: frame)
+        deliveries &+= 1
+        if !slots[id]!.flushQueued {
+            slots[id]!.flushQueued = true
+            flushList.append(id)
+        }
+    }
+}

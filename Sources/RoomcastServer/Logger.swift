@@ -1,0 +1,155 @@
+import CSystemd
+import Glibc
+import RoomcastCore
+
+/// Where log records go.
+public enum LogSink: Equatable, Sendable {
+    /// journald's native protocol (`sd_journal_sendv`) with structured fields.
+    case journal
+    /// One line per record on stderr. `syslogPrefix` writes `<N>` in front
+    /// (stderr connected to journald, sd-daemon(3)); otherwise the line
+    /// carries a time stamp and the level for a human at a terminal.
+    case stderr(syslogPrefix: Bool)
+
+    /// Resolves `log.target` (`auto`: journal when stderr is the journal,
+    /// compared by device and inode against `$JOURNAL_STREAM`, systemd.exec(5)).
+    public static func resolve(_ target: LogTarget) -> LogSink {
+        let onJournal = stderrIsJournal()
+        switch target {
+        case .journal: return .journal
+        case .stderr: return .stderr(syslogPrefix: onJournal)
+        case .auto: return onJournal ? .journal : .stderr(syslogPrefix: false)
+        }
+    }
+
+    static func stderrIsJournal() -> Bool {
+        guard let env = getenv("JOURNAL_STREAM") else { return false }
+        let parts = String(cString: env).split(separator: ":")
+        guard parts.count == 2, let dev = UInt64(parts[0]), let ino = UInt64(parts[1]) else { return false }
+        var st = stat()
+        guard fstat(2, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == dev && UInt64(st.st_ino) == ino
+    }
+}
+
+/// The daemon's logger: records with a level, a message and structured
+/// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names must be valid
+/// journal field names (A-Z, 0-9, _; journald silently drops others).
+/// Single-threaded, like everything driven by the event loop.
+public final class Logger {
+    /// Records below this level are discarded.
+    public var level: LogLevel
+    public let sink: LogSink
+    private let identifier: String
+    private var limits: [String: (windowStart: UInt64, count: Int, suppressed: Int)] = [:]
+
+    /// Warnings of one kind allowed per `rateWindowMs` before suppression.
+    let rateBurst = 10
+    let rateWindowMs: UInt64 = 10_000
+
+    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd") {
+        self.level = level
+        self.sink = sink
+        self.identifier = identifier
+    }
+
+    @inline(__always)
+    public func enabled(_ l: LogLevel) -> Bool { l >= level }
+
+    public func debug(_ message: @autoclosure () -> String, _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
+        if enabled(.debug) { emit(.debug, message(), fields()) }
+    }
+    public func info(_ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
+        if enabled(.info) { emit(.info, message, fields) }
+    }
+    public func notice(_ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
+        if enabled(.notice) { emit(.notice, message, fields) }
+    }
+    public func warning(_ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
+        if enabled(.warning) { emit(.warning, message, fields) }
+    }
+    public func error(_ message: String, _ fields: KeyValuePairs<String, String> = [:]) {
+        if enabled(.error) { emit(.error, message, fields) }
+    }
+
+    /// A warning caused by a peer (bad input, limits): at most `rateBurst`
+    /// per `rateWindowMs` for each `kind`; the rest are counted and reported
+    /// in one line when the next window opens.
+    public func peerWarning(kind: String, nowMs: UInt64, _ message: @autoclosure () -> String,
+                            _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
+        guard enabled(.warning) else { return }
+        var entry = limits[kind] ?? (nowMs, 0, 0)
+        if nowMs &- entry.windowStart >= rateWindowMs {
+            if entry.suppressed > 0 {
+                emit(.warning, "suppressed \(entry.suppressed) similar warnings (\(kind)) in the last \(formatDuration(ms: nowMs &- entry.windowStart))", ["REASON": kind])
+            }
+            entry = (nowMs, 0, 0)
+        }
+        entry.count += 1
+        if entry.count <= rateBurst {
+            emit(.warning, message(), fields())
+        } else {
+            entry.suppressed += 1
+        }
+        limits[kind] = entry
+    }
+
+    private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>) {
+        switch sink {
+        case .journal:
+            var entries = ["MESSAGE=" + message, "PRIORITY=\(level.syslogPriority)", "SYSLOG_IDENTIFIER=" + identifier]
+            for (k, v) in fields { entries.append(k + "=" + v) }
+            Self.sendJournal(entries)
+        case .stderr(let prefix):
+            var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
+            line += message
+            for (k, v) in fields {
+                line += " " + k + "=" + (v.contains(" ") || v.isEmpty ? "\"" + v + "\"" : v)
+            }
+            line += "\n"
+            var bytes = Array(line.utf8)
+            bytes.withUnsafeMutableBytes { buf in
+                var off = 0
+                while off < buf.count {
+                    let n = write(2, buf.baseAddress! + off, buf.count - off)
+                    if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { break }
+                }
+            }
+        }
+    }
+
+    /// One datagram to journald: every `FIELD=value` entry packed into one
+    /// byte array, with an iovec per entry pointing into it.
+    private static func sendJournal(_ entries: [String]) {
+        var packed: [UInt8] = []
+        var lengths: [Int] = []
+        for e in entries {
+            packed.append(contentsOf: e.utf8)
+            lengths.append(e.utf8.count)
+        }
+        packed.withUnsafeMutableBytes { buf in
+            withUnsafeTemporaryAllocation(of: iovec.self, capacity: lengths.count) { iov in
+                var offset = 0
+                for (i, n) in lengths.enumerated() {
+                    iov[i] = iovec(iov_base: buf.baseAddress.map { $0 + offset }, iov_len: n)
+                    offset += n
+                }
+                _ = sd_journal_sendv(iov.baseAddress, Int32(lengths.count))
+            }
+        }
+    }
+
+    private static func timestamp() -> String {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        var t = ts.tv_sec
+        var tmv = tm()
+        localtime_r(&t, &tmv)
+        func pad(_ v: Int32, _ w: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, w - s.count)) + s
+        }
+        return "\(tmv.tm_year + 1900)-\(pad(tmv.tm_mon + 1, 2))-\(pad(tmv.tm_mday, 2)) "
+            + "\(pad(tmv.tm_hour, 2)):\(pad(tmv.tm_min, 2)):\(pad(tmv.tm_sec, 2)).\(pad(Int32(ts.tv_nsec / 1_000_000), 3))"
+    }
+}

@@ -1,0 +1,704 @@
+import CShim
+import Glibc
+import RoomcastCore
+
+/// The reactor: one thread, one level-triggered epoll selector, every
+/// descriptor of the daemon on it (listeners, clients, the signalfd).
+///
+/// One iteration: wait for readiness (the timeout never exceeds the next
+/// timer: heartbeat wheel, watchdog, status), accept and read with bounded
+/// work per descriptor, let the relay queue frames into output buffers, then
+/// run the timers, reap the connections marked for close (announcing their
+/// leave), and flush every output buffer with one write per connection.
+/// Nothing is freed inside its own callback (redis `freeClientAsync`).
+public final class Server {
+    /// How the daemon was started (command line and environment).
+    public struct Options {
+        /// The config file (re-read on SIGHUP); nil: built-in defaults only.
+        public var configPath: String?
+        /// `--listen` addresses that replace `[server] listen`.
+        public var listenOverride: [ListenAddress]
+        public init(configPath: String?, listenOverride: [ListenAddress] = []) {
+            self.configPath = configPath
+            self.listenOverride = listenOverride
+        }
+    }
+
+    // Per-wakeup work bounds (STYLE.md habit 7).
+    static let acceptsPerWakeup = 64
+    static let readSize = 64 * 1024
+    static let readsPerWakeup = 4
+    /// Time allowed to flush owed output after EOF or on stop, in ms.
+    static let drainTimeoutMs: UInt64 = 5_000
+    /// Retry delay while accepting is paused for lack of descriptors, in ms.
+    static let acceptRetryMs: UInt64 = 100
+    /// How often STATUS= is refreshed, in ms.
+    static let statusIntervalMs: UInt64 = 2_000
+
+    private enum Kind: UInt64 { case connection = 0, listener = 1, signal = 2 }
+    private static func token(_ kind: Kind, _ index: Int, generation: UInt32 = 0) -> UInt64 {
+        kind.rawValue << 60 | UInt64(generation & 0x0FFF_FFFF) << 32 | UInt64(UInt32(truncatingIfNeeded: index))
+    }
+
+    private struct Listener {
+        var fd: Int32
+        var address: String
+        var registered = false
+    }
+
+    private var config: Config
+    private let options: Options
+    private let systemd: Systemd
+    private let logger: Logger
+    private let clock: () -> UInt64
+    private let selector: Selector
+    private let signalFD: Int32
+
+    private var listeners: [Listener] = []
+    private let table: ConnectionTable
+    private var relay: Relay
+    private var liveness: LivenessTracker
+    private var scratch: [UInt8]
+    private var expired: [Int] = []
+    private var overSoft: [Int] = []
+    private var draining: [Int] = []
+
+    private var stopping = false
+    private var stopDeadlineMs: UInt64 = 0
+    private var acceptPausedUntil: UInt64?
+    private var acceptPauseEpisode = false
+
+    private var nextWatchdogMs: UInt64 = .max
+    private var watchdogIntervalMs: UInt64 = 0
+    private var nextStatusMs: UInt64 = 0
+    private var nextStatsMs: UInt64 = .max
+
+    // Counters.
+    private var framesIn: UInt64 = 0
+    private var evictions: UInt64 = 0
+    private var lastStatus = (ms: UInt64(0), framesIn: UInt64(0), deliveries: UInt64(0))
+    private var lastStats = (ms: UInt64(0), framesIn: UInt64(0), deliveries: UInt64(0), evictions: UInt64(0))
+
+    /// - Parameters:
+    ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the caller.
+    ///   - clock: monotonic milliseconds; injectable for tests.
+    public init(config: Config, options: Options, systemd: Systemd, logger: Logger, signalFD: Int32,
+                clock: @escaping () -> UInt64 = monotonicMilliseconds) throws(SystemError) {
+        self.config = config
+        self.options = options
+        self.systemd = systemd
+        self.logger = logger
+        self.clock = clock
+        self.signalFD = signalFD
+        self.selector = try Selector()
+        self.table = ConnectionTable(outputHardBytes: config.limits.outputHardBytes)
+        self.relay = Relay(settings: RelaySettings(config))
+        let now = clock()
+        self.liveness = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
+        self.scratch = [UInt8](repeating: 0, count: Self.readSize)
+    }
+
+    /// The addresses the config asks for (command line first).
+    private var wantedListen: [ListenAddress] {
+        options.listenOverride.isEmpty ? config.server.listen : options.listenOverride
+    }
+
+    // MARK: - Start and run
+
+    /// Binds (or adopts) the listeners, reports READY=1 and runs the event
+    /// loop until SIGTERM/SIGINT and the graceful stop complete.
+    /// - Returns: the process exit status (0 after a graceful stop).
+    /// - Throws: `SystemError` when a listener cannot be set up or epoll fails.
+    public func run() throws(SystemError) -> Int32 {
+        try openListeners()
+        try selector.register(signalFD, token: Self.token(.signal, 0))
+        let now = clock()
+        if let usec = systemd.watchdogUsec {
+            // sd_watchdog_enabled(3): ping at half the interval, from this loop.
+            watchdogIntervalMs = max(1, usec / 2_000)
+            nextWatchdogMs = now
+            logger.info("watchdog enabled: pinging every \(formatDuration(ms: watchdogIntervalMs))")
+        }
+        scheduleStats(now: now)
+        lastStatus = (now, 0, 0)
+        systemd.notify("READY=1\nSTATUS=" + statusLine(now: now))
+        logger.info("roomcastd ready", ["LISTEN": listeners.map(\.address).joined(separator: " ")])
+        nextStatusMs = now + Self.statusIntervalMs
+
+        while true {
+            let timeout = computeTimeout(now: clock())
+            try selector.wait(timeoutMs: timeout) { token, readiness in
+                self.dispatch(token, readiness)
+            }
+            let now = clock()
+            runTimers(now: now)
+            reapAndFlush(now: now)
+            if stopping && (table.count == 0 || now >= stopDeadlineMs) { break }
+        }
+        finishStop()
+        return 0
+    }
+
+    private func openListeners() throws(SystemError) {
+        if !systemd.listenFDs.isEmpty {
+            for (fd, name) in systemd.listenFDs {
+                guard Systemd.isListeningInetSocket(fd) else {
+                    logger.warning("ignoring descriptor \(fd) (\(name)) from systemd: not a listening TCP socket")
+                    continue
+                }
+                // Sockets passed by systemd are blocking unless NonBlocking=yes (notes/systemd.md §2).
+                try Sys.setNonBlocking(fd)
+                listeners.append(Listener(fd: fd, address: Socket.localAddress(fd)))
+            }
+            logger.info("using \(listeners.count) listening socket(s) from systemd; [server] listen is not used",
+                        ["LISTEN": listeners.map(\.address).joined(separator: " ")])
+        } else {
+            for address in wantedListen {
+                let fd = try Socket.listen(on: address)
+                listeners.append(Listener(fd: fd, address: Socket.localAddress(fd)))
+            }
+        }
+        guard !listeners.isEmpty else { throw SystemError("listen: no usable listening socket", errno: EINVAL) }
+        for i in listeners.indices {
+            try selector.register(listeners[i].fd, token: Self.token(.listener, i))
+            listeners[i].registered = true
+            logger.info("listening on \(listeners[i].address)", ["LISTEN": listeners[i].address])
+        }
+    }
+
+    private func computeTimeout(now: UInt64) -> Int32 {
+        var deadline = nextStatusMs
+        deadline = min(deadline, nextWatchdogMs, nextStatsMs)
+        if let resume = acceptPausedUntil { deadline = min(deadline, resume) }
+        if stopping { deadline = min(deadline, stopDeadlineMs) }
+        if !overSoft.isEmpty || !draining.isEmpty { deadline = min(deadline, now + config.heartbeat.tickMs) }
+        var ms = deadline > now ? deadline - now : 0
+        if let wheel = liveness.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
+        return Int32(min(ms, 60_000))
+    }
+
+    // MARK: - Events
+
+    private func dispatch(_ token: UInt64, _ readiness: Readiness) {
+        let index = Int(token & 0xFFFF_FFFF)
+        switch Kind(rawValue: token >> 60) {
+        case .connection:
+            // Drop events for a slot that was reused (STYLE.md habit 2).
+            guard index < table.slots.count, let c = table.slots[index],
+                  UInt64(c.generation & 0x0FFF_FFFF) == (token >> 32) & 0x0FFF_FFFF else { return }
+            connectionReady(index, readiness)
+        case .listener:
+            acceptConnections(index)
+        case .signal:
+            readSignals()
+        case nil:
+            break
+        }
+    }
+
+    private func connectionReady(_ id: Int, _ readiness: Readiness) {
+        guard let state = table.slots[id]?.state else { return }
+        if state == .open && readiness.contains(.readable) || state == .open && readiness.contains(.hangup) {
+            readFrames(id)
+        } else if readiness.contains(.hangup) {
+            table.markClosing(id, reason: "connection reset while draining")
+            return
+        }
+        if readiness.contains(.writable), table.slots[id]?.state != .closing {
+            flush(id, now: clock())
+        }
+    }
+
+    private func acceptConnections(_ index: Int) {
+        guard !stopping, acceptPausedUntil == nil else { return }
+        let lfd = listeners[index].fd
+        let now = clock()
+        for _ in 0..<Self.acceptsPerWakeup {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &storage) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    cshim_accept4(lfd, $0, &length, Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue))
+                }
+            }
+            if fd < 0 {
+                let e = errno
+                switch e {
+                case EAGAIN, EWOULDBLOCK:
+                    return
+                case EINTR, ECONNABORTED, EPROTO, EPERM:
+                    continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                    pauseAccepting(now: now, errno: e)
+                    return
+                default:
+                    logger.error("accept on \(listeners[index].address) failed", ["REASON": SystemError("accept4", errno: e).description])
+                    return
+                }
+            }
+            if acceptPauseEpisode {
+                acceptPauseEpisode = false
+                logger.notice("accepting connections again (\(table.count) clients)")
+            }
+            let address = Socket.format(storage)
+            if table.count >= config.server.maxClients {
+                Sys.close(fd)
+                logger.peerWarning(kind: "max-clients", nowMs: now,
+                                   "refused \(address): server.max_clients (\(config.server.maxClients)) reached",
+                                   ["CLIENT_ADDR": address, "REASON": "max_clients"])
+                continue
+            }
+            _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+            let id = table.add(fd: fd, address: address)
+            do {
+                try selector.register(fd, token: Self.token(.connection, id, generation: table.slots[id]!.generation))
+            } catch {
+                logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": error.description])
+                Sys.close(fd)
+                table.remove(id)
+                continue
+            }
+            relay.connect(id)
+            liveness.track(id, nowMs: now)
+            logger.debug("client connected", ["CLIENT_ADDR": address, "ROOM": config.server.defaultRoom])
+        }
+    }
+
+    /// Out of descriptors: stop watching the listeners (a level-triggered
+    /// listener would wake the loop forever) and retry on a timer; logged
+    /// once per episode.
+    private func pauseAccepting(now: UInt64, errno e: Int32) {
+        acceptPausedUntil = now + Self.acceptRetryMs
+        for i in listeners.indices where listeners[i].registered {
+            selector.deregister(listeners[i].fd)
+            listeners[i].registered = false
+        }
+        if !acceptPauseEpisode {
+            acceptPauseEpisode = true
+            logger.warning("out of file descriptors: accepting paused, retrying every \(formatDuration(ms: Self.acceptRetryMs)) (\(table.count) clients)",
+                           ["REASON": SystemError("accept4", errno: e).description])
+        }
+    }
+
+    private func resumeAccepting() {
+        acceptPausedUntil = nil
+        for i in listeners.indices where !listeners[i].registered {
+            do {
+                try selector.register(listeners[i].fd, token: Self.token(.listener, i))
+                listeners[i].registered = true
+            } catch {
+                logger.error("cannot watch listener \(listeners[i].address)", ["REASON": error.description])
+            }
+        }
+    }
+
+    // MARK: - Reading and relaying
+
+    private func readFrames(_ id: Int) {
+        let fd = table.slots[id]!.fd
+        for _ in 0..<Self.readsPerWakeup {
+            guard table.slots[id]?.state == .open else { return }
+            let result = scratch.withUnsafeMutableBytes { Sys.read(fd, $0.baseAddress!, $0.count) }
+            switch result {
+            case .done(let n):
+                consume(id, count: n)
+                if n < Self.readSize { return }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                peerClosed(id)
+                return
+            case .failed(let e):
+                table.markClosing(id, reason: SystemError("read", errno: e).description)
+                return
+            }
+        }
+    }
+
+    /// Handles `count` freshly read bytes in `scratch`. Whole frames are
+    /// relayed straight from the read buffer; only a trailing partial frame
+    /// is copied into the connection's own input buffer.
+    private func consume(_ id: Int, count n: Int) {
+        var input: [UInt8] = []
+        swap(&input, &table.slots[id]!.input)
+        let now = clock()
+        if input.isEmpty {
+            let used = scratch.withUnsafeBytes { processFrames(id, UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: now) }
+            if used < n { input.append(contentsOf: scratch[used..<n]) }
+        } else {
+            input.append(contentsOf: scratch[0..<n])
+            let used = input.withUnsafeBytes { processFrames(id, $0, now: now) }
+            if used == input.count {
+                input = []
+            } else if used > 0 {
+                input.removeSubrange(0..<used)
+            }
+        }
+        if table.slots[id]?.state == .open { swap(&input, &table.slots[id]!.input) }
+    }
+
+    /// Relays every whole frame at the start of `bytes`; returns the bytes used.
+    private func processFrames(_ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+        var offset = 0
+        let order = config.protocol.byteOrder
+        let limit = config.protocol.maxFrameBytes
+        while offset < bytes.count {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+            switch FrameCodec.parse(rest, byteOrder: order, maxFrameBytes: limit) {
+            case .needMore:
+                return offset
+            case .tooLarge(let claimed):
+                let address = table.slots[id]!.address
+                logger.peerWarning(kind: "frame-too-large", nowMs: now,
+                                   "\(address): frame length \(claimed) exceeds max_frame_bytes (\(limit)); closing",
+                                   ["CLIENT_ADDR": address, "REASON": "frame_too_large", "LENGTH": String(claimed)])
+                table.markClosing(id, reason: "frame length \(claimed) exceeds max_frame_bytes \(limit)")
+                return bytes.count
+            case .frame(let type, let length):
+                let size = FrameCodec.headerSize + length
+                let frame = UnsafeRawBufferPointer(rebasing: rest[0..<size])
+                offset += size
+                framesIn &+= 1
+                liveness.touch(id, nowMs: now)
+                let event = relay.receive(from: id, type: type, frame: frame, sink: table)
+                if case .rejected = event { handleRejected(id, event, type: type, now: now) }
+                else if logger.enabled(.debug) { logRelayEvent(id, event) }
+                guard table.slots[id]!.state == .open else { return bytes.count }
+            }
+        }
+        return offset
+    }
+
+    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16, now: UInt64) {
+        guard case .rejected(let reason, let violations, let disconnect) = event else { return }
+        let address = table.slots[id]!.address
+        let max = config.protocol.maxViolations
+        logger.peerWarning(kind: "bad-frame", nowMs: now,
+                           "\(address): dropped bad frame of type \(type): \(reason) (violation \(violations) of \(max))",
+                           ["CLIENT_ADDR": address, "REASON": reason, "FRAME_TYPE": String(type), "ROOM": relay.room(of: id) ?? ""])
+        if disconnect {
+            table.markClosing(id, reason: "\(violations) bad frames (protocol.max_violations = \(max))")
+        }
+    }
+
+    private func logRelayEvent(_ id: Int, _ event: RelayEvent) {
+        let address = table.slots[id]!.address
+        switch event {
+        case .joined(let name, let room, let n):
+            logger.debug("\(name) joined \(room) (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room, "USER_NAME": name])
+        case .left(let room, let n):
+            logger.debug("client left \(room ?? "no room") (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room ?? ""])
+        default:
+            break
+        }
+    }
+
+    /// The peer sent EOF: it leaves its room now, and what it is already owed
+    /// is flushed (up to `drainTimeoutMs`) before the socket is closed.
+    private func peerClosed(_ id: Int) {
+        depart(id)
+        liveness.untrack(id)
+        if table.slots[id]!.pendingOutput == 0 {
+            table.markClosing(id, reason: "closed by peer")
+            return
+        }
+        startDraining(id, now: clock())
+    }
+
+    private func startDraining(_ id: Int, now: UInt64) {
+        table.slots[id]!.state = .draining
+        table.slots[id]!.drainDeadlineMs = now + Self.drainTimeoutMs
+        table.slots[id]!.input = []
+        draining.append(id)
+        let c = table.slots[id]!
+        try? selector.modify(c.fd, token: Self.token(.connection, id, generation: c.generation), readable: false, writable: true)
+        table.slots[id]!.writeArmed = true
+    }
+
+    /// Tells the relay the connection is gone (synthesized leave, §4), once.
+    private func depart(_ id: Int) {
+        guard !table.slots[id]!.departed else { return }
+        table.slots[id]!.departed = true
+        let (room, n) = relay.disconnect(id, sink: table)
+        if let room, n > 0 {
+            logger.debug("announced leave of \(table.slots[id]!.address) to \(room) (\(n) recipients)",
+                         ["CLIENT_ADDR": table.slots[id]!.address, "ROOM": room])
+        }
+    }
+
+    // MARK: - Output
+
+    /// Writes what `id` is owed with one send(2); arms EPOLLOUT only when the
+    /// kernel refused bytes, disarms it when the queue drains.
+    private func flush(_ id: Int, now: UInt64) {
+        guard var c = table.slots[id], c.state != .closing else { return }
+        table.slots[id]!.flushQueued = false
+        guard c.pendingOutput > 0 else { return }
+        // Move the buffer out so the send works on a uniquely owned array.
+        swap(&c.output, &table.slots[id]!.output)
+        var failed: Int32 = 0
+        while c.outputStart < c.output.count {
+            let start = c.outputStart
+            let r = c.output.withUnsafeBytes { Sys.send(c.fd, $0.baseAddress! + start, $0.count - start) }
+            if case .done(let n) = r { c.outputStart += n; continue }
+            if case .failed(let e) = r { failed = e }
+            break
+        }
+        let pending = c.output.count - c.outputStart
+        if pending == 0 {
+            c.output = []
+            c.outputStart = 0
+        } else if c.outputStart >= 64 * 1024 && c.outputStart * 2 >= c.output.count {
+            c.output.removeSubrange(0..<c.outputStart)
+            c.outputStart = 0
+        }
+        swap(&c.output, &table.slots[id]!.output)
+        table.slots[id]!.outputStart = c.outputStart
+        if failed != 0 {
+            table.markClosing(id, reason: SystemError("send", errno: failed).description)
+            return
+        }
+        if pending == 0 {
+            table.slots[id]!.softSinceMs = nil
+            if c.state == .draining {
+                table.markClosing(id, reason: stopping ? "daemon stopping" : "closed by peer")
+                return
+            }
+            if c.writeArmed { setWriteInterest(id, false) }
+            return
+        }
+        if !c.writeArmed { setWriteInterest(id, true) }
+        if pending > config.limits.outputSoftBytes {
+            if c.softSinceMs == nil {
+                table.slots[id]!.softSinceMs = now
+                overSoft.append(id)
+            }
+        } else {
+            table.slots[id]!.softSinceMs = nil
+        }
+    }
+
+    private func setWriteInterest(_ id: Int, _ on: Bool) {
+        let c = table.slots[id]!
+        do {
+            try selector.modify(c.fd, token: Self.token(.connection, id, generation: c.generation),
+                                readable: c.state == .open, writable: on)
+            table.slots[id]!.writeArmed = on
+        } catch {
+            table.markClosing(id, reason: error.description)
+        }
+    }
+
+    /// Reaps connections marked for close and flushes queued output, until
+    /// neither produces more work (a reap may queue leave frames; a failed
+    /// write may mark another close). Terminates: connections only go away.
+    private func reapAndFlush(now: UInt64) {
+        while !table.closeList.isEmpty || !table.flushList.isEmpty {
+            while let id = table.closeList.popLast() { reap(id) }
+            let list = table.flushList
+            table.flushList.removeAll(keepingCapacity: true)
+            for id in list { flush(id, now: now) }
+        }
+    }
+
+    private func reap(_ id: Int) {
+        guard let c = table.slots[id] else { return }
+        depart(id)
+        liveness.untrack(id)
+        selector.deregister(c.fd)
+        Sys.close(c.fd)
+        table.remove(id)
+        logger.debug("client disconnected: \(c.closeReason)", ["CLIENT_ADDR": c.address, "REASON": c.closeReason])
+    }
+
+    // MARK: - Timers
+
+    private func runTimers(now: UInt64) {
+        expired.removeAll(keepingCapacity: true)
+        liveness.expire(nowMs: now, into: &expired)
+        for id in expired {
+            guard let c = table.slots[id], c.state == .open else { continue }
+            evictions &+= 1
+            let reason = "heartbeat timeout: no frame for \(formatDuration(ms: liveness.timeoutMs))"
+            logger.debug("evicting \(c.address): \(reason)", ["CLIENT_ADDR": c.address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
+            table.markClosing(id, reason: reason)
+        }
+        if !overSoft.isEmpty { checkSoftLimits(now: now) }
+        if !draining.isEmpty {
+            draining.removeAll { id in
+                guard let c = table.slots[id], c.state == .draining else { return true }
+                if now >= c.drainDeadlineMs {
+                    table.markClosing(id, reason: "drain timeout with \(c.pendingOutput) bytes unsent")
+                    return true
+                }
+                return false
+            }
+        }
+        if let resume = acceptPausedUntil, now >= resume {
+            resumeAccepting()
+            for i in listeners.indices { acceptConnections(i) }
+        }
+        if now >= nextWatchdogMs {
+            systemd.notify("WATCHDOG=1")
+            nextWatchdogMs = now + watchdogIntervalMs
+        }
+        if now >= nextStatusMs {
+            systemd.notify("STATUS=" + statusLine(now: now))
+            nextStatusMs = now + Self.statusIntervalMs
+        }
+        if now >= nextStatsMs { logStats(now: now) }
+    }
+
+    /// PROTOCOL.md §6: above `output_soft_bytes` for `output_soft_seconds` → closed.
+    private func checkSoftLimits(now: UInt64) {
+        let soft = config.limits.outputSoftBytes
+        let window = config.limits.outputSoftMs
+        overSoft.removeAll { id in
+            guard let c = table.slots[id], c.state != .closing, let since = c.softSinceMs else { return true }
+            if c.pendingOutput <= soft {
+                table.slots[id]!.softSinceMs = nil
+                return true
+            }
+            guard now &- since >= window else { return false }
+            logger.peerWarning(kind: "slow-consumer", nowMs: now,
+                               "\(c.address): slow consumer, \(c.pendingOutput) bytes pending for \(formatDuration(ms: now - since)); closing",
+                               ["CLIENT_ADDR": c.address, "REASON": "output_soft_limit", "ROOM": relay.room(of: id) ?? ""])
+            table.markClosing(id, reason: "slow consumer: output above output_soft_bytes (\(formatSize(soft))) for \(formatDuration(ms: window))")
+            return true
+        }
+    }
+
+    private func statusLine(now: UInt64) -> String {
+        let seconds = Double(max(now &- lastStatus.ms, 1)) / 1000
+        let inRate = Double(framesIn &- lastStatus.framesIn) / seconds
+        let outRate = Double(table.deliveries &- lastStatus.deliveries) / seconds
+        lastStatus = (now, framesIn, table.deliveries)
+        if stopping { return "Stopping: flushing \(table.count) clients" }
+        return "\(table.count) clients, \(relay.roomCount) rooms, \(Int(inRate.rounded())) frames/s in, "
+            + "\(Int(outRate.rounded())) frames/s out, \(evictions) evicted"
+    }
+
+    private func scheduleStats(now: UInt64) {
+        let interval = config.log.statsIntervalMs
+        nextStatsMs = interval == 0 ? .max : now + interval
+    }
+
+    private func logStats(now: UInt64) {
+        let seconds = Double(max(now &- lastStats.ms, 1)) / 1000
+        let fin = framesIn &- lastStats.framesIn
+        let fout = table.deliveries &- lastStats.deliveries
+        logger.info("stats: \(table.count) clients, \(relay.roomCount) rooms, \(fin) frames in (\(Int((Double(fin) / seconds).rounded()))/s), "
+                    + "\(fout) frames out (\(Int((Double(fout) / seconds).rounded()))/s), \(evictions &- lastStats.evictions) evicted",
+                    ["CLIENTS": String(table.count), "ROOMS": String(relay.roomCount)])
+        lastStats = (now, framesIn, table.deliveries, evictions)
+        scheduleStats(now: now)
+    }
+
+    // MARK: - Signals: reload and stop
+
+    private func readSignals() {
+        while true {
+            let sig = cshim_read_signal(signalFD)
+            if sig <= 0 { return }
+            switch sig {
+            case SIGHUP: reload()
+            case SIGTERM, SIGINT: beginStop(signal: sig)
+            default: break
+            }
+        }
+    }
+
+    /// SIGHUP: re-read the config file. Timeouts, limits, echo, validation and
+    /// the log level apply at once to connected clients; listen addresses and
+    /// the byte order need a restart; an invalid file keeps the old config.
+    private func reload() {
+        systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(Sys.monotonicUsec())")
+        guard let path = options.configPath else {
+            logger.notice("SIGHUP: no config file to reload (started without --config)")
+            systemd.notify("READY=1")
+            return
+        }
+        let new: Config
+        do {
+            new = try Config.load(path: path)
+        } catch {
+            logger.error("reload failed, keeping the running configuration: \(error)", ["REASON": error.description, "CONFIG_FILE": path])
+            systemd.notify("READY=1\nSTATUS=reload failed: \(error.description); " + statusLine(now: clock()))
+            return
+        }
+        var applied = new
+        if options.listenOverride.isEmpty && new.server.listen != config.server.listen && systemd.listenFDs.isEmpty {
+            logger.warning("server.listen changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
+        }
+        applied.server.listen = config.server.listen
+        if new.protocol.byteOrder != config.protocol.byteOrder {
+            logger.warning("protocol.byte_order changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
+            applied.protocol.byteOrder = config.protocol.byteOrder
+        }
+        if new.log.target != config.log.target {
+            logger.warning("log.target changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
+            applied.log.target = config.log.target
+        }
+        let now = clock()
+        config = applied
+        relay.reconfigure(RelaySettings(applied))
+        liveness.reconfigure(timeoutMs: applied.heartbeat.timeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
+        table.outputHardBytes = applied.limits.outputHardBytes
+        logger.level = applied.log.level
+        scheduleStats(now: now)
+        logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])
+        systemd.notify("READY=1\nSTATUS=" + statusLine(now: now))
+    }
+
+    /// SIGTERM/SIGINT: STOPPING=1, stop accepting and reading, flush what
+    /// every client is owed (up to `drainTimeoutMs`), close, exit 0.
+    private func beginStop(signal: Int32) {
+        guard !stopping else { return }
+        stopping = true
+        let now = clock()
+        stopDeadlineMs = now + Self.drainTimeoutMs
+        systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(table.count) clients")
+        logger.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"), stopping: flushing \(table.count) clients")
+        for i in listeners.indices {
+            if listeners[i].registered { selector.deregister(listeners[i].fd) }
+            Sys.close(listeners[i].fd)
+        }
+        listeners.removeAll()
+        acceptPausedUntil = nil
+        for id in table.slots.indices {
+            guard let c = table.slots[id], c.state == .open else { continue }
+            // Everybody is leaving: no synthesized leaves to a room about to close.
+            table.slots[id]!.departed = true
+            if c.pendingOutput == 0 {
+                table.markClosing(id, reason: "daemon stopping")
+            } else {
+                startDraining(id, now: now)
+            }
+        }
+    }
+
+    private func finishStop() {
+        for id in table.slots.indices {
+            guard let c = table.slots[id] else { continue }
+            if c.state != .closing { table.markClosing(id, reason: "daemon stopping (drain timeout)") }
+        }
+        while let id = table.closeList.popLast() {
+            if let c = table.slots[id] {
+                table.slots[id]!.departed = true
+                selector.deregister(c.fd)
+                Sys.close(c.fd)
+                table.remove(id)
+            }
+        }
+        logger.info("stopped")
+    }
+}
+
+extension RelaySettings {
+    /// The relay rules of a config.
+    public init(_ config: Config) {
+        self.init(byteOrder: config.protocol.byteOrder, joinType: config.protocol.joinType, leaveType: config.protocol.leaveType,
+                  heartbeatType: config.protocol.heartbeatType, echo: config.protocol.echo, validate: config.protocol.validate,
+                  maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom)
+    }
+}
