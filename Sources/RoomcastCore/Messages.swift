@@ -49,6 +49,7 @@ public enum ProtoError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A required field is absent (after merging repeated `user` fields).
     case missingRequired(message: String, name: String)
 
+    /// One line for the log, e.g. "UserInfo: required field 'iconURL' missing".
     public var description: String {
         switch self {
         case .truncatedVarint(let offset):
@@ -91,6 +92,7 @@ public struct UserInfo: Equatable, Sendable {
     /// the default room. Omitted from the encoding when nil.
     public var room: String?
 
+    /// A user; `room` nil means the default room (PROTOCOL.md §3).
     public init(level: Int32, name: String, iconURL: String, room: String? = nil) {
         self.level = level
         self.name = name
@@ -149,6 +151,7 @@ public struct ChatMessage: Equatable, Sendable {
     /// Field 2, required string.
     public var text: String
 
+    /// A text message from `user`.
     public init(user: UserInfo, text: String) {
         self.user = user
         self.text = text
@@ -193,6 +196,7 @@ public struct GiftMessage: Equatable, Sendable {
     /// Field 4, required int32 (negative values are legal and take 10 bytes on the wire).
     public var giftcount: Int32
 
+    /// A gift of `giftcount` × `giftname` from `user`.
     public init(user: UserInfo, giftname: String, giftURL: String, giftcount: Int32) {
         self.user = user
         self.giftname = giftname
@@ -239,7 +243,12 @@ public struct GiftMessage: Equatable, Sendable {
 /// The message type a frame body should hold (PROTOCOL.md §2: join and leave
 /// carry `userInfo`, text `chatMessage`, gift `giftMessage`).
 public enum BodyKind: Sendable {
-    case userInfo, chatMessage, giftMessage
+    /// Join (type 0) and leave (type 1).
+    case userInfo
+    /// Text (type 2).
+    case chatMessage
+    /// Gift (type 3).
+    case giftMessage
 }
 
 /// Checks that `body` is a valid message of `kind` exactly as the decoding
