@@ -1,0 +1,439 @@
+// The three proto2 bodies of PROTOCOL.md §3 (seed 000's IMMessage.proto):
+//
+//   message UserInfo    { required int32 level = 1; required string name = 2;
+//                         required string iconURL = 3; optional string room = 4; }
+//   message ChatMessage { required UserInfo user = 1; required string text = 2; }
+//   message GiftMessage { required UserInfo user = 1; required string giftname = 2;
+//                         required string giftURL = 3; required int32 giftcount = 4; }
+//
+// Parsing matches Google's proto2 parser except where roomcast is stricter:
+// - a repeated scalar or string field: the last one wins (as Google);
+// - a repeated `user`: the occurrences are merged (as Google), and required
+//   fields are checked after the merge;
+// - unknown fields of wire types 0, 1, 2, 5 and groups are skipped (as Google);
+// - STRICTER: a known field with the wrong wire type is an error. Google
+//   (C++, and upb behind Python protobuf 7.36.2) keeps it as an unknown field,
+//   which then usually leaves a required field missing anyway;
+// - STRICTER: a missing required field is an error (Python's ParseFromString
+//   accepts it and reports IsInitialized() == false);
+// - STRICTER: every string occurrence must be valid UTF-8, including ones a
+//   later occurrence overwrites (Python accepts invalid UTF-8 in proto2).
+// Serialization writes fields in field-number order and omits a nil `room`,
+// which is byte-identical to Google's SerializeToString().
+
+/// Why a body is not a valid `UserInfo`, `ChatMessage` or `GiftMessage`.
+/// Offsets are byte positions in the whole body, from 0.
+public enum ProtoError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The body ends inside the varint (tag, integer or length) starting at `offset`.
+    case truncatedVarint(offset: Int)
+    /// The varint at `offset` has no final byte within 10 bytes.
+    case varintTooLong(offset: Int)
+    /// The tag at `offset` is longer than 5 bytes, above 2^32 - 1, or has field number 0.
+    case invalidTag(offset: Int)
+    /// The tag at `offset` has wire type 6 or 7, which do not exist.
+    case invalidWireType(field: Int, wireType: Int, offset: Int)
+    /// The payload at `offset` needs `length` bytes (a length prefix, or 4 or 8
+    /// for fixed32/fixed64) but only `available` are left in the enclosing message.
+    case truncatedField(field: Int, wireType: Int, offset: Int, length: UInt64, available: Int)
+    /// An end-group tag at `offset` with no open group of the same field number.
+    case unmatchedEndGroup(field: Int, offset: Int)
+    /// The group starting at `offset` has no end-group tag before its message ends.
+    case unterminatedGroup(field: Int, offset: Int)
+    /// Groups and embedded messages nest deeper than 100 at `offset`.
+    case nestingTooDeep(offset: Int)
+    /// A known field arrived with the wrong wire type (see the file comment).
+    /// `message` is e.g. "UserInfo" or "ChatMessage.user".
+    case wrongWireType(message: String, field: Int, name: String, wireType: Int, expected: Int)
+    /// A string field is not valid UTF-8; `offset` is the first bad byte.
+    case invalidUTF8(message: String, field: Int, name: String, offset: Int)
+    /// A required field is absent (after merging repeated `user` fields).
+    case missingRequired(message: String, name: String)
+
+    /// One line for the log, e.g. "UserInfo: required field 'iconURL' missing".
+    public var description: String {
+        switch self {
+        case .truncatedVarint(let offset):
+            "truncated varint at byte \(offset)"
+        case .varintTooLong(let offset):
+            "varint longer than 10 bytes at byte \(offset)"
+        case .invalidTag(let offset):
+            "malformed tag at byte \(offset) (over 5 bytes, over 32 bits, or field number 0)"
+        case .invalidWireType(let field, let wireType, let offset):
+            "field \(field): wire type \(wireType) does not exist (byte \(offset))"
+        case .truncatedField(let field, let wireType, let offset, let length, let available):
+            "truncated \(wireType == 2 ? "length-delimited" : wireType == 1 ? "fixed64" : "fixed32") field \(field)"
+                + " at byte \(offset): needs \(length) bytes, \(available) left"
+        case .unmatchedEndGroup(let field, let offset):
+            "end-group tag for field \(field) without a matching start-group (byte \(offset))"
+        case .unterminatedGroup(let field, let offset):
+            "group field \(field) starting at byte \(offset) is not terminated"
+        case .nestingTooDeep(let offset):
+            "groups and messages nested more than \(maxDepth) deep at byte \(offset)"
+        case .wrongWireType(let message, let field, let name, let wireType, let expected):
+            "\(message) field \(field) (\(name)): wire type \(wireType), expected \(expected)"
+        case .invalidUTF8(let message, let field, let name, let offset):
+            "\(message) field \(field) (\(name)): invalid UTF-8 at byte \(offset)"
+        case .missingRequired(let message, let name):
+            "\(message): required field '\(name)' missing"
+        }
+    }
+}
+
+/// A chat user (PROTOCOL.md §3): sent alone as the body of join/leave frames
+/// and embedded as `user` in `ChatMessage` and `GiftMessage`.
+public struct UserInfo: Equatable, Sendable {
+    /// Field 1, required int32 (negative values are legal and take 10 bytes on the wire).
+    public var level: Int32
+    /// Field 2, required string.
+    public var name: String
+    /// Field 3, required string.
+    public var iconURL: String
+    /// Field 4, optional string: roomcast's extension naming the room; nil means
+    /// the default room. Omitted from the encoding when nil.
+    public var room: String?
+
+    /// A user; `room` nil means the default room (PROTOCOL.md §3).
+    public init(level: Int32, name: String, iconURL: String, room: String? = nil) {
+        self.level = level
+        self.name = name
+        self.iconURL = iconURL
+        self.room = room
+    }
+
+    /// Decodes a proto2 `UserInfo` body.
+    /// - Throws: `ProtoError` if the body is malformed, lacks a required field,
+    ///   has a known field with the wrong wire type, or a string that is not UTF-8.
+    public init(protobuf body: UnsafeRawBufferPointer) throws(ProtoError) {
+        var reader = ProtoReader(body)
+        var fields = UserInfoFields()
+        try fields.scan(&reader, context: "UserInfo", depth: maxDepth)
+        self = try fields.build(body, context: "UserInfo")
+    }
+
+    /// Decodes a proto2 `UserInfo` body; see `init(protobuf:)` for what throws.
+    public init(protobuf body: [UInt8]) throws(ProtoError) {
+        self = try withBytes(body) { bytes throws(ProtoError) in try UserInfo(protobuf: bytes) }
+    }
+
+    /// The proto2 encoding, byte-identical to Google's `SerializeToString()`.
+    public func serialized() -> [UInt8] {
+        var writer = ProtoWriter(capacity: serializedSize)
+        write(to: &writer)
+        return writer.bytes
+    }
+
+    var serializedSize: Int {
+        ProtoWriter.int32Size(field: 1, level)
+            + ProtoWriter.lengthDelimitedSize(field: 2, length: name.utf8.count)
+            + ProtoWriter.lengthDelimitedSize(field: 3, length: iconURL.utf8.count)
+            + (room.map { ProtoWriter.lengthDelimitedSize(field: 4, length: $0.utf8.count) } ?? 0)
+    }
+
+    func write(to writer: inout ProtoWriter) {
+        writer.writeInt32(1, level)
+        writer.writeString(2, name)
+        writer.writeString(3, iconURL)
+        if let room { writer.writeString(4, room) }
+    }
+
+    /// Writes this as embedded message field `field`.
+    func write(field: Int, to writer: inout ProtoWriter) {
+        writer.writeTag(field, .lengthDelimited)
+        writer.writeVarint(UInt64(serializedSize))
+        write(to: &writer)
+    }
+}
+
+/// A text message (PROTOCOL.md §2 type 2, §3).
+public struct ChatMessage: Equatable, Sendable {
+    /// Field 1, required embedded `UserInfo`.
+    public var user: UserInfo
+    /// Field 2, required string.
+    public var text: String
+
+    /// A text message from `user`.
+    public init(user: UserInfo, text: String) {
+        self.user = user
+        self.text = text
+    }
+
+    /// Decodes a proto2 `ChatMessage` body.
+    /// - Throws: `ProtoError` as `UserInfo.init(protobuf:)` does, for this message and its `user`.
+    public init(protobuf body: UnsafeRawBufferPointer) throws(ProtoError) {
+        var reader = ProtoReader(body)
+        var fields = ChatMessageFields()
+        try fields.scan(&reader)
+        let user = try fields.checkedUser(body)
+        let text = try string(body, fields.text, "ChatMessage", "text")
+        self.init(user: user, text: text)
+    }
+
+    /// Decodes a proto2 `ChatMessage` body; see `init(protobuf:)` for what throws.
+    public init(protobuf body: [UInt8]) throws(ProtoError) {
+        self = try withBytes(body) { bytes throws(ProtoError) in try ChatMessage(protobuf: bytes) }
+    }
+
+    /// The proto2 encoding, byte-identical to Google's `SerializeToString()`.
+    public func serialized() -> [UInt8] {
+        let userSize = user.serializedSize
+        var writer = ProtoWriter(
+            capacity: ProtoWriter.lengthDelimitedSize(field: 1, length: userSize)
+                + ProtoWriter.lengthDelimitedSize(field: 2, length: text.utf8.count))
+        user.write(field: 1, to: &writer)
+        writer.writeString(2, text)
+        return writer.bytes
+    }
+}
+
+/// A gift message (PROTOCOL.md §2 type 3, §3).
+public struct GiftMessage: Equatable, Sendable {
+    /// Field 1, required embedded `UserInfo`.
+    public var user: UserInfo
+    /// Field 2, required string.
+    public var giftname: String
+    /// Field 3, required string.
+    public var giftURL: String
+    /// Field 4, required int32 (negative values are legal and take 10 bytes on the wire).
+    public var giftcount: Int32
+
+    /// A gift of `giftcount` × `giftname` from `user`.
+    public init(user: UserInfo, giftname: String, giftURL: String, giftcount: Int32) {
+        self.user = user
+        self.giftname = giftname
+        self.giftURL = giftURL
+        self.giftcount = giftcount
+    }
+
+    /// Decodes a proto2 `GiftMessage` body.
+    /// - Throws: `ProtoError` as `UserInfo.init(protobuf:)` does, for this message and its `user`.
+    public init(protobuf body: UnsafeRawBufferPointer) throws(ProtoError) {
+        var reader = ProtoReader(body)
+        var fields = GiftMessageFields()
+        try fields.scan(&reader)
+        let user = try fields.checkedUser(body)
+        let giftname = try string(body, fields.giftname, "GiftMessage", "giftname")
+        let giftURL = try string(body, fields.giftURL, "GiftMessage", "giftURL")
+        guard let giftcount = fields.giftcount else {
+            throw .missingRequired(message: "GiftMessage", name: "giftcount")
+        }
+        self.init(user: user, giftname: giftname, giftURL: giftURL, giftcount: giftcount)
+    }
+
+    /// Decodes a proto2 `GiftMessage` body; see `init(protobuf:)` for what throws.
+    public init(protobuf body: [UInt8]) throws(ProtoError) {
+        self = try withBytes(body) { bytes throws(ProtoError) in try GiftMessage(protobuf: bytes) }
+    }
+
+    /// The proto2 encoding, byte-identical to Google's `SerializeToString()`.
+    public func serialized() -> [UInt8] {
+        let userSize = user.serializedSize
+        var writer = ProtoWriter(
+            capacity: ProtoWriter.lengthDelimitedSize(field: 1, length: userSize)
+                + ProtoWriter.lengthDelimitedSize(field: 2, length: giftname.utf8.count)
+                + ProtoWriter.lengthDelimitedSize(field: 3, length: giftURL.utf8.count)
+                + ProtoWriter.int32Size(field: 4, giftcount))
+        user.write(field: 1, to: &writer)
+        writer.writeString(2, giftname)
+        writer.writeString(3, giftURL)
+        writer.writeInt32(4, giftcount)
+        return writer.bytes
+    }
+}
+
+/// The message type a frame body should hold (PROTOCOL.md §2: join and leave
+/// carry `userInfo`, text `chatMessage`, gift `giftMessage`).
+public enum BodyKind: Sendable {
+    /// Join (type 0) and leave (type 1).
+    case userInfo
+    /// Text (type 2).
+    case chatMessage
+    /// Gift (type 3).
+    case giftMessage
+}
+
+/// Checks that `body` is a valid message of `kind` exactly as the decoding
+/// initializers would (well-formed, required fields present, strings valid
+/// UTF-8; PROTOCOL.md §3) without building it: UTF-8 is validated in place and
+/// nothing is allocated on success. The relay calls this on every type 0-3 frame.
+/// - Throws: the `ProtoError` the matching `init(protobuf:)` would throw.
+public func validateBody(_ kind: BodyKind, _ body: UnsafeRawBufferPointer) throws(ProtoError) {
+    var reader = ProtoReader(body)
+    switch kind {
+    case .userInfo:
+        var fields = UserInfoFields()
+        try fields.scan(&reader, context: "UserInfo", depth: maxDepth)
+        try fields.checkRequired(context: "UserInfo")
+    case .chatMessage:
+        var fields = ChatMessageFields()
+        try fields.scan(&reader)
+        try fields.checkRequired()
+    case .giftMessage:
+        var fields = GiftMessageFields()
+        try fields.scan(&reader)
+        try fields.checkRequired()
+    }
+}
+
+// MARK: - Scanning: field positions first, Strings only once the body is valid
+
+/// Where each UserInfo field was found. A later occurrence overwrites an
+/// earlier one, and scanning a second `user` into the same value merges them.
+struct UserInfoFields {
+    var level: Int32?
+    var name: Range<Int>?
+    var iconURL: Range<Int>?
+    var room: Range<Int>?
+
+    mutating func scan(_ reader: inout ProtoReader, context: String, depth: Int) throws(ProtoError) {
+        while let (field, wireType) = try reader.readTag() {
+            switch field {
+            case 1: level = try reader.readInt32(wireType, context, 1, "level")
+            case 2: name = try reader.readString(wireType, context, 2, "name")
+            case 3: iconURL = try reader.readString(wireType, context, 3, "iconURL")
+            case 4: room = try reader.readString(wireType, context, 4, "room")
+            default: try reader.skip(field: field, wireType: wireType, depth: depth)
+            }
+        }
+    }
+
+    func checkRequired(context: String) throws(ProtoError) {
+        if level == nil { throw .missingRequired(message: context, name: "level") }
+        if name == nil { throw .missingRequired(message: context, name: "name") }
+        if iconURL == nil { throw .missingRequired(message: context, name: "iconURL") }
+    }
+
+    func build(_ body: UnsafeRawBufferPointer, context: String) throws(ProtoError) -> UserInfo {
+        try checkRequired(context: context)
+        return UserInfo(
+            level: level!,
+            name: try string(body, name, context, "name"),
+            iconURL: try string(body, iconURL, context, "iconURL"),
+            room: room.map { decodeUTF8(body, $0) })
+    }
+}
+
+struct ChatMessageFields {
+    var user: UserInfoFields?
+    var text: Range<Int>?
+
+    mutating func scan(_ reader: inout ProtoReader) throws(ProtoError) {
+        while let (field, wireType) = try reader.readTag() {
+            switch field {
+            case 1: try reader.readUser(wireType, "ChatMessage", "ChatMessage.user", into: &user)
+            case 2: text = try reader.readString(wireType, "ChatMessage", 2, "text")
+            default: try reader.skip(field: field, wireType: wireType, depth: maxDepth)
+            }
+        }
+    }
+
+    func checkRequired() throws(ProtoError) {
+        guard let user else { throw .missingRequired(message: "ChatMessage", name: "user") }
+        try user.checkRequired(context: "ChatMessage.user")
+        if text == nil { throw .missingRequired(message: "ChatMessage", name: "text") }
+    }
+
+    func checkedUser(_ body: UnsafeRawBufferPointer) throws(ProtoError) -> UserInfo {
+        try checkRequired()
+        return try user!.build(body, context: "ChatMessage.user")
+    }
+}
+
+struct GiftMessageFields {
+    var user: UserInfoFields?
+    var giftname: Range<Int>?
+    var giftURL: Range<Int>?
+    var giftcount: Int32?
+
+    mutating func scan(_ reader: inout ProtoReader) throws(ProtoError) {
+        while let (field, wireType) = try reader.readTag() {
+            switch field {
+            case 1: try reader.readUser(wireType, "GiftMessage", "GiftMessage.user", into: &user)
+            case 2: giftname = try reader.readString(wireType, "GiftMessage", 2, "giftname")
+            case 3: giftURL = try reader.readString(wireType, "GiftMessage", 3, "giftURL")
+            case 4: giftcount = try reader.readInt32(wireType, "GiftMessage", 4, "giftcount")
+            default: try reader.skip(field: field, wireType: wireType, depth: maxDepth)
+            }
+        }
+    }
+
+    func checkRequired() throws(ProtoError) {
+        guard let user else { throw .missingRequired(message: "GiftMessage", name: "user") }
+        try user.checkRequired(context: "GiftMessage.user")
+        if giftname == nil { throw .missingRequired(message: "GiftMessage", name: "giftname") }
+        if giftURL == nil { throw .missingRequired(message: "GiftMessage", name: "giftURL") }
+        if giftcount == nil { throw .missingRequired(message: "GiftMessage", name: "giftcount") }
+    }
+
+    func checkedUser(_ body: UnsafeRawBufferPointer) throws(ProtoError) -> UserInfo {
+        try checkRequired()
+        return try user!.build(body, context: "GiftMessage.user")
+    }
+}
+
+extension ProtoReader {
+    private func expect(
+        _ wireType: WireType, _ expected: WireType, _ context: String, _ field: Int, _ name: String
+    ) throws(ProtoError) {
+        guard wireType == expected else {
+            throw .wrongWireType(
+                message: context, field: field, name: name,
+                wireType: Int(wireType.rawValue), expected: Int(expected.rawValue))
+        }
+    }
+
+    /// An int32 is a varint truncated to its low 32 bits, as Google does.
+    fileprivate mutating func readInt32(
+        _ wireType: WireType, _ context: String, _ field: Int, _ name: String
+    ) throws(ProtoError) -> Int32 {
+        try expect(wireType, .varint, context, field, name)
+        return Int32(truncatingIfNeeded: try readVarint())
+    }
+
+    fileprivate mutating func readString(
+        _ wireType: WireType, _ context: String, _ field: Int, _ name: String
+    ) throws(ProtoError) -> Range<Int> {
+        try expect(wireType, .lengthDelimited, context, field, name)
+        let range = try readLengthDelimited(field: field)
+        if let bad = firstInvalidUTF8(bytes, range) {
+            throw .invalidUTF8(message: context, field: field, name: name, offset: bad)
+        }
+        return range
+    }
+
+    /// Field 1 of ChatMessage and GiftMessage: merged into `user` if repeated.
+    /// `userContext` is a literal such as "ChatMessage.user", so errors allocate nothing.
+    fileprivate mutating func readUser(
+        _ wireType: WireType, _ context: String, _ userContext: String,
+        into user: inout UserInfoFields?
+    ) throws(ProtoError) {
+        try expect(wireType, .lengthDelimited, context, 1, "user")
+        let range = try readLengthDelimited(field: 1)
+        var inner = ProtoReader(bytes, from: range.lowerBound, to: range.upperBound)
+        var fields = user ?? UserInfoFields()
+        // The embedded message is one nesting level, as in upb.
+        try fields.scan(&inner, context: userContext, depth: maxDepth - 1)
+        user = fields
+    }
+}
+
+/// The String at an already validated range; throws if the required field is absent.
+private func string(
+    _ body: UnsafeRawBufferPointer, _ range: Range<Int>?, _ context: String, _ name: String
+) throws(ProtoError) -> String {
+    guard let range else { throw .missingRequired(message: context, name: name) }
+    return decodeUTF8(body, range)
+}
+
+private func decodeUTF8(_ body: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
+    String(decoding: UnsafeRawBufferPointer(rebasing: body[range]), as: UTF8.self)
+}
+
+/// Runs a typed-throwing body on an array's bytes.
+private func withBytes<T>(
+    _ array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(ProtoError) -> T
+) throws(ProtoError) -> T {
+    let result = array.withUnsafeBytes { bytes in
+        Result { () throws(ProtoError) -> T in try body(bytes) }
+    }
+    return try result.get()
+}
