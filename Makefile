@@ -62,10 +62,10 @@ run: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
-	tests/check-units.sh
+	systemd/check-units.sh
 
 check-units:
-	tests/check-units.sh
+	systemd/check-units.sh
 
 check-config: build
 	.build/release/roomcastd --check-config --config config/roomcastd.conf

@@ -431,50 +431,52 @@ public final class Server {
     /// Writes what `id` is owed with one send(2); arms EPOLLOUT only when the
     /// kernel refused bytes, disarms it when the queue drains.
     private func flush(_ id: Int, now: UInt64) {
-        guard var c = table.slots[id], c.state != .closing else { return }
+        guard table.slots[id] != nil, table.slots[id]!.state != .closing else { return }
         table.slots[id]!.flushQueued = false
-        guard c.pendingOutput > 0 else { return }
-        // Move the buffer out so the send works on a uniquely owned array.
-        swap(&c.output, &table.slots[id]!.output)
+        guard table.slots[id]!.pendingOutput > 0 else { return }
+        let fd = table.slots[id]!.fd
+        // Move the buffer out of the table so it stays uniquely owned (no copy).
+        var output: [UInt8] = []
+        swap(&output, &table.slots[id]!.output)
+        var start = table.slots[id]!.outputStart
         var failed: Int32 = 0
-        while c.outputStart < c.output.count {
-            let start = c.outputStart
-            let r = c.output.withUnsafeBytes { Sys.send(c.fd, $0.baseAddress! + start, $0.count - start) }
-            if case .done(let n) = r { c.outputStart += n; continue }
+        while start < output.count {
+            let from = start
+            let r = output.withUnsafeBytes { Sys.send(fd, $0.baseAddress! + from, $0.count - from) }
+            if case .done(let n) = r { start += n; continue }
             if case .failed(let e) = r { failed = e }
             break
         }
-        let pending = c.output.count - c.outputStart
+        let pending = output.count - start
         if pending == 0 {
-            c.output = []
-            c.outputStart = 0
-        } else if c.outputStart >= 64 * 1024 && c.outputStart * 2 >= c.output.count {
-            c.output.removeSubrange(0..<c.outputStart)
-            c.outputStart = 0
+            output = []
+            start = 0
+        } else if start >= 64 * 1024 && start * 2 >= output.count {
+            output.removeSubrange(0..<start)
+            start = 0
         }
-        swap(&c.output, &table.slots[id]!.output)
-        table.slots[id]!.outputStart = c.outputStart
+        swap(&output, &table.slots[id]!.output)
+        table.slots[id]!.outputStart = start
         if failed != 0 {
             table.markClosing(id, reason: SystemError("send", errno: failed).description)
             return
         }
+        let armed = table.slots[id]!.writeArmed
         if pending == 0 {
             table.slots[id]!.softSinceMs = nil
-            if c.state == .draining {
+            if table.slots[id]!.state == .draining {
                 table.markClosing(id, reason: stopping ? "daemon stopping" : "closed by peer")
-                return
+            } else if armed {
+                setWriteInterest(id, false)
             }
-            if c.writeArmed { setWriteInterest(id, false) }
             return
         }
-        if !c.writeArmed { setWriteInterest(id, true) }
-        if pending > config.limits.outputSoftBytes {
-            if c.softSinceMs == nil {
-                table.slots[id]!.softSinceMs = now
-                overSoft.append(id)
-            }
-        } else {
+        if !armed { setWriteInterest(id, true) }
+        if pending <= config.limits.outputSoftBytes {
             table.slots[id]!.softSinceMs = nil
+        } else if table.slots[id]!.softSinceMs == nil {
+            table.slots[id]!.softSinceMs = now
+            overSoft.append(id)
         }
     }
 
