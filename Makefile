@@ -60,6 +60,7 @@ run: deps
 	exec .build/release/roomcastd --config config/roomcastd.conf --listen 127.0.0.1:9898
 
 test: deps
+	$(SWIFT) build -c release
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	systemd/check-units.sh
