@@ -543,9 +543,16 @@ private func readFile(_ path: String) throws(ConfigError) -> [UInt8] {
     func failErrno(_ what: String) -> ConfigError {
         ConfigError(file: path, line: nil, reason: "\(what): \(String(cString: strerror(errno)))")
     }
-    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    // O_NONBLOCK: a FIFO or device in place of the file must never block the
+    // event loop during a reload (it is refused below as not a regular file).
+    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
     if fd < 0 { throw failErrno("cannot open") }
     defer { close(fd) }
+    var st = stat()
+    if fstat(fd, &st) != 0 { throw failErrno("cannot stat") }
+    if st.st_mode & S_IFMT != S_IFREG {
+        throw ConfigError(file: path, line: nil, reason: "not a regular file")
+    }
     let limit = 16 << 20
     var bytes: [UInt8] = []
     var chunk = [UInt8](repeating: 0, count: 65536)

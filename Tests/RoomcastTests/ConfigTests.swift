@@ -361,7 +361,18 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             Issue.record("loaded a directory")
         } catch {
             #expect(error.line == nil)
-            #expect(error.reason.contains("Is a directory"))
+            #expect(error.reason == "not a regular file")
+        }
+        // A FIFO with no writer must not block (the event loop reloads inline).
+        let base = tempFile([])
+        let fifo = base + ".fifo"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        defer { unlink(fifo); unlink(base) }
+        do {
+            _ = try Config.load(path: fifo)
+            Issue.record("loaded a FIFO")
+        } catch {
+            #expect(error.reason == "not a regular file")
         }
         let path = tempFile(Array("[server]\ndefault_room = ok\n[log]\nlevel = ".utf8) + [0xFF, 0x0A])
         defer { unlink(path) }
