@@ -205,11 +205,27 @@ public struct Config: Equatable, Sendable {
         public var statsIntervalMs: UInt64
     }
 
+    /// `[json]`: the second listener protocol, seed 002's JSON chat room
+    /// (PROTOCOL.md §7): frames of a u32 little-endian length and a JSON body.
+    public struct JSON: Equatable, Sendable {
+        /// `listen`, repeatable; none by default, so the listener is off.
+        public var listen: [ListenAddress]
+        /// `max_frame_bytes`: largest accepted JSON body, 1 ... 1G. Default 64K.
+        public var maxFrameBytes: Int
+        /// `heartbeat_timeout`: close a JSON client silent this long; 0 = never
+        /// (default: seed 002's clients send no heartbeat).
+        public var heartbeatTimeoutMs: UInt64
+        /// `tcp_keepalive`: idle time before TCP keepalive probes on JSON
+        /// connections, so dead peers are still found; 0 = off. Default 60s.
+        public var tcpKeepaliveMs: UInt64
+    }
+
     public var server: Server
     public var `protocol`: ProtocolSettings
     public var heartbeat: Heartbeat
     public var limits: Limits
     public var log: Log
+    public var json: JSON
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -224,7 +240,8 @@ public struct Config: Equatable, Sendable {
             echo: true, validate: true, maxViolations: 3),
         heartbeat: Heartbeat(timeoutMs: 30_000, tickMs: 100),
         limits: Limits(outputSoftBytes: 256 << 10, outputSoftMs: 10_000, outputHardBytes: 4 << 20),
-        log: Log(level: .info, target: .auto, statsIntervalMs: 60_000))
+        log: Log(level: .info, target: .auto, statsIntervalMs: 60_000),
+        json: JSON(listen: [], maxFrameBytes: 64 << 10, heartbeatTimeoutMs: 0, tcpKeepaliveMs: 60_000))
 
     /// Every section and its keys, in the order of config/roomcastd.conf.
     public static let sectionOrder: [String] = specs.map(\.section)
@@ -248,7 +265,7 @@ public struct Config: Equatable, Sendable {
         let doc = try INIDocument.parse(text, file: file)
         var config = Config.defaults
         var seen: [String: Int] = [:]  // "section.key" → first line
-        var listen: [ListenAddress: Int] = [:]
+        var listen: [ListenAddress: Int] = [:]  // over server.listen and json.listen
         var listenReplaced = false
         for item in doc.items {
             switch item {
@@ -266,7 +283,7 @@ public struct Config: Equatable, Sendable {
                 guard let spec = specs.first(where: { $0.section == e.section })?
                     .keys.first(where: { $0.name == e.key })
                 else { throw fail(unknownKeyReason(e.section, e.key)) }
-                if e.section == "server" && e.key == "listen" {
+                if e.key == "listen" && (e.section == "server" || e.section == "json") {
                     guard let address = ListenAddress.parse(e.value) else {
                         throw fail("\(name): \(quote(e.value)) is not a listen address "
                             + "(expected IPv4:PORT or [IPv6]:PORT, e.g. 0.0.0.0:9898 or [::]:9898)")
@@ -274,15 +291,19 @@ public struct Config: Equatable, Sendable {
                     if let first = listen[address], address.port != 0 {
                         throw fail("\(name): \(address) is already listed at line \(first)")
                     }
-                    if !listenReplaced { config.server.listen = []; listenReplaced = true }
-                    config.server.listen.append(address)
+                    if e.section == "json" {
+                        config.json.listen.append(address)
+                    } else {
+                        if !listenReplaced { config.server.listen = []; listenReplaced = true }
+                        config.server.listen.append(address)
+                    }
                     listen[address] = listen[address] ?? e.line
                     seen[name] = seen[name] ?? e.line
                     continue
                 }
                 if let first = seen[name] {
                     throw fail("\(name): duplicate key, already set at line \(first) "
-                        + "(only server.listen may repeat)")
+                        + "(only listen may repeat)")
                 }
                 seen[name] = e.line
                 do {
@@ -345,6 +366,19 @@ public struct Config: Equatable, Sendable {
                        "limits.output_hard_bytes (\(formatSize(limits.outputHardBytes))) must be at least "
                        + "protocol.max_frame_bytes + 6 (\(p.maxFrameBytes + 6)) so one frame of the "
                        + "maximum size can always be queued")
+        }
+        if limits.outputHardBytes < json.maxFrameBytes + 4 {
+            throw fail(["limits.output_hard_bytes", "json.max_frame_bytes"],
+                       "limits.output_hard_bytes (\(formatSize(limits.outputHardBytes))) must be at least "
+                       + "json.max_frame_bytes + 4 (\(json.maxFrameBytes + 4))")
+        }
+        if json.heartbeatTimeoutMs != 0 && heartbeat.tickMs >= json.heartbeatTimeoutMs {
+            throw fail(["json.heartbeat_timeout", "heartbeat.tick"],
+                       "heartbeat.tick (\(formatDuration(ms: heartbeat.tickMs))) must be less than "
+                       + "json.heartbeat_timeout (\(formatDuration(ms: json.heartbeatTimeoutMs))) unless it is 0")
+        }
+        if json.tcpKeepaliveMs % 1000 != 0 {
+            throw fail(["json.tcp_keepalive"], "json.tcp_keepalive must be whole seconds (TCP_KEEPIDLE counts seconds)")
         }
     }
 }
@@ -416,6 +450,18 @@ let specs: [SectionSpec] = [
         },
         KeySpec(name: "output_hard_bytes") { c, v throws(ValueError) in
             c.limits.outputHardBytes = try size(v, 1...Int.max)
+        },
+    ]),
+    SectionSpec(section: "json", keys: [
+        KeySpec(name: "listen") { _, _ throws(ValueError) in },  // handled in Config.parse
+        KeySpec(name: "max_frame_bytes") { c, v throws(ValueError) in
+            c.json.maxFrameBytes = try size(v, 1...(1 << 30))
+        },
+        KeySpec(name: "heartbeat_timeout") { c, v throws(ValueError) in
+            c.json.heartbeatTimeoutMs = try duration(v, 0...day)
+        },
+        KeySpec(name: "tcp_keepalive") { c, v throws(ValueError) in
+            c.json.tcpKeepaliveMs = try duration(v, 0...(2 * 3_600_000))
         },
     ]),
     SectionSpec(section: "log", keys: [

@@ -125,3 +125,29 @@ public struct FrameDecoder: Sendable {
         }
     }
 }
+
+/// Seed 002's framing (PROTOCOL.md §7): a u32 little-endian body length,
+/// then the JSON body; no type field.
+public enum JSONFrameCodec {
+    /// Size of the header in bytes.
+    public static let headerSize = 4
+
+    /// Like `FrameCodec.parse`, for 4-byte headers; `.frame`'s type is 0.
+    @inlinable
+    public static func parse(_ bytes: UnsafeRawBufferPointer, maxFrameBytes: Int) -> FrameCodec.Step {
+        guard bytes.count >= headerSize else { return .needMore }
+        let length = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 0, as: UInt32.self))
+        if UInt64(length) > UInt64(max(0, maxFrameBytes)) { return .tooLarge(claimed: length) }
+        guard bytes.count - headerSize >= Int(length) else { return .needMore }
+        return .frame(type: 0, bodyLength: Int(length))
+    }
+
+    /// One whole frame: the 4-byte length and `body`.
+    public static func encode(_ body: some Collection<UInt8>) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(headerSize + body.count)
+        withUnsafeBytes(of: UInt32(body.count).littleEndian) { out.append(contentsOf: $0) }
+        out.append(contentsOf: body)
+        return out
+    }
+}

@@ -2,9 +2,18 @@
 /// by appending to each connection's output buffer; tests record deliveries.
 /// The relay never performs I/O itself.
 public protocol FrameSink: AnyObject {
+    /// Announces the start of one broadcast: the `deliver` calls up to the
+    /// next `beginBroadcast` carry the same frame, on behalf of connection
+    /// `sender` (the departing one for a synthesized leave). A sink that
+    /// translates frames for some recipients does it once per broadcast.
+    func beginBroadcast(from sender: Int)
     /// Queues one whole frame (6-byte header + body, exactly as it should go
     /// on the wire) for connection `id`. `frame` is only valid during the call.
     func deliver(_ frame: UnsafeRawBufferPointer, to id: Int)
+}
+
+extension FrameSink {
+    public func beginBroadcast(from sender: Int) {}
 }
 
 /// The relay rules that can change on reload (PROTOCOL.md §2-§4).
@@ -137,7 +146,7 @@ public struct Relay {
         let room = self.room(of: id)
         var told = 0
         if let identity = sessions[id].identity, let r = exit(id) {
-            told = announceLeave(identity, room: r, sink: sink)
+            told = announceLeave(identity, of: id, room: r, sink: sink)
         } else {
             _ = exit(id)
         }
@@ -180,6 +189,12 @@ public struct Relay {
         do { try validateBody(kind, body); return nil } catch { return error }
     }
 
+    /// Counts a bad frame that the caller rejected itself (e.g. a malformed
+    /// JSON body, PROTOCOL.md §7), exactly like a bad proto2 body.
+    public mutating func reject(_ id: Int, reason: String) -> RelayEvent {
+        violation(id, reason)
+    }
+
     private mutating func violation(_ id: Int, _ reason: String) -> RelayEvent {
         sessions[id].violations += 1
         let n = sessions[id].violations
@@ -200,7 +215,7 @@ public struct Relay {
         if current < 0 || rooms[current].name != target {
             // A joined client moving rooms says goodbye to the old one (§4).
             if let identity = sessions[id].identity, let old = exit(id) {
-                _ = announceLeave(identity, room: old, sink: sink)
+                _ = announceLeave(identity, of: id, room: old, sink: sink)
             } else {
                 _ = exit(id)
             }
@@ -213,7 +228,8 @@ public struct Relay {
     }
 
     private func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
-        guard rooms.indices.contains(r) else { return 0 }
+        guard rooms.indices.contains(r), !rooms[r].members.isEmpty else { return 0 }
+        sink.beginBroadcast(from: sender)
         let echo = settings.echo
         var count = 0
         for member in rooms[r].members where echo || member != sender {
@@ -223,10 +239,11 @@ public struct Relay {
         return count
     }
 
-    /// Sends a synthesized leave (type leave, body = identity) to room `r`.
-    private func announceLeave(_ identity: [UInt8], room r: Int, sink: some FrameSink) -> Int {
+    /// Sends a synthesized leave of `id` (type leave, body = identity) to
+    /// room `r`, which `id` has already left.
+    private func announceLeave(_ identity: [UInt8], of id: Int, room r: Int, sink: some FrameSink) -> Int {
         let frame = FrameCodec.encode(type: settings.leaveType, body: identity, byteOrder: settings.byteOrder)
-        return frame.withUnsafeBytes { broadcast($0, room: r, from: -1, sink: sink) }
+        return frame.withUnsafeBytes { broadcast($0, room: r, from: id, sink: sink) }
     }
 
     private mutating func enter(_ id: Int, room name: String) {

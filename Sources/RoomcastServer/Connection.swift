@@ -12,11 +12,22 @@ enum ConnectionState: Equatable {
     case closing
 }
 
+/// The protocol a listener speaks.
+enum Dialect: Equatable {
+    /// Length-type-body frames with proto2 bodies (PROTOCOL.md §1-§3).
+    case ltb
+    /// Seed 002's length + JSON frames (PROTOCOL.md §7).
+    case json
+}
+
 /// One client connection: its socket, buffers and limits bookkeeping. It
 /// knows nothing of rooms (the relay owns those by connection id).
 struct Connection {
     let fd: Int32
     let generation: UInt32
+    let dialect: Dialect
+    /// A JSON client's nickname once it sent `nickname` (PROTOCOL.md §7).
+    var nickname: String?
     /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
     let address: String
     var state: ConnectionState = .open
@@ -39,9 +50,10 @@ struct Connection {
     /// Deadline for flushing owed output while draining, in ms.
     var drainDeadlineMs: UInt64 = 0
 
-    init(fd: Int32, generation: UInt32, address: String) {
+    init(fd: Int32, generation: UInt32, dialect: Dialect, address: String) {
         self.fd = fd
         self.generation = generation
+        self.dialect = dialect
         self.address = address
     }
 
@@ -70,13 +82,21 @@ final class ConnectionTable: FrameSink {
     var outputHardBytes: Int
     /// Frames handed to connections (the "out" figure of STATUS).
     var deliveries: UInt64 = 0
+    /// The relay's rules, to translate frames for JSON clients.
+    var relaySettings: RelaySettings
 
-    init(outputHardBytes: Int) {
+    /// The current broadcast's JSON form, made at most once per broadcast
+    /// (nil inside: the frame has no JSON form).
+    private var translation: [UInt8]??
+    private var broadcastSender = -1
+
+    init(outputHardBytes: Int, relaySettings: RelaySettings) {
         self.outputHardBytes = outputHardBytes
+        self.relaySettings = relaySettings
     }
 
     /// Takes a free slot for a new connection and returns its id.
-    func add(fd: Int32, address: String) -> Int {
+    func add(fd: Int32, dialect: Dialect, address: String) -> Int {
         let id: Int
         if let free = freeSlots.popLast() {
             id = free
@@ -86,7 +106,7 @@ final class ConnectionTable: FrameSink {
             generations.append(0)
         }
         generations[id] &+= 1
-        slots[id] = Connection(fd: fd, generation: generations[id], address: address)
+        slots[id] = Connection(fd: fd, generation: generations[id], dialect: dialect, address: address)
         count += 1
         return id
     }
@@ -107,8 +127,26 @@ final class ConnectionTable: FrameSink {
         closeList.append(id)
     }
 
+    func beginBroadcast(from sender: Int) {
+        translation = nil
+        broadcastSender = sender
+    }
+
     func deliver(_ frame: UnsafeRawBufferPointer, to id: Int) {
         guard slots[id] != nil, slots[id]!.state != .closing else { return }
+        if slots[id]!.dialect == .json {
+            if translation == nil {
+                let address = slots.indices.contains(broadcastSender) ? slots[broadcastSender]?.address ?? "" : ""
+                translation = .some(JSONDialect.translate(frame, settings: relaySettings, senderAddress: address))
+            }
+            guard let json = translation! else { return }
+            json.withUnsafeBytes { append($0, to: id) }
+        } else {
+            append(frame, to: id)
+        }
+    }
+
+    private func append(_ frame: UnsafeRawBufferPointer, to id: Int) {
         if slots[id]!.pendingOutput + frame.count > outputHardBytes {
             markClosing(id, reason: "slow consumer: output buffer would exceed output_hard_bytes (\(formatSize(outputHardBytes)))")
             return

@@ -43,6 +43,7 @@ public final class Server {
     private struct Listener {
         var fd: Int32
         var address: String
+        var dialect: Dialect
         var registered = false
     }
 
@@ -57,7 +58,10 @@ public final class Server {
     private var listeners: [Listener] = []
     private let table: ConnectionTable
     private var relay: Relay
+    /// Heartbeat deadlines of LTB clients (`[heartbeat] timeout`) and of
+    /// JSON clients (`[json] heartbeat_timeout`, off by default).
     private var liveness: LivenessTracker
+    private var jsonLiveness: LivenessTracker
     private var scratch: [UInt8]
     private var expired: [Int] = []
     private var overSoft: [Int] = []
@@ -91,10 +95,12 @@ public final class Server {
         self.clock = clock
         self.signalFD = signalFD
         self.selector = try Selector()
-        self.table = ConnectionTable(outputHardBytes: config.limits.outputHardBytes)
-        self.relay = Relay(settings: RelaySettings(config))
+        let settings = RelaySettings(config)
+        self.table = ConnectionTable(outputHardBytes: config.limits.outputHardBytes, relaySettings: settings)
+        self.relay = Relay(settings: settings)
         let now = clock()
         self.liveness = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
+        self.jsonLiveness = LivenessTracker(timeoutMs: config.json.heartbeatTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
         self.scratch = [UInt8](repeating: 0, count: Self.readSize)
     }
 
@@ -148,21 +154,25 @@ public final class Server {
                 }
                 // Sockets passed by systemd are blocking unless NonBlocking=yes (notes/systemd.md §2).
                 try Sys.setNonBlocking(fd)
-                listeners.append(Listener(fd: fd, address: Socket.localAddress(fd)))
+                // FileDescriptorName=json in the .socket unit selects seed 002's dialect.
+                listeners.append(Listener(fd: fd, address: Socket.localAddress(fd), dialect: name == "json" ? .json : .ltb))
             }
             logger.info("using \(listeners.count) listening socket(s) from systemd; [server] listen is not used",
                         ["LISTEN": listeners.map(\.address).joined(separator: " ")])
         } else {
-            for address in wantedListen {
-                let fd = try Socket.listen(on: address)
-                listeners.append(Listener(fd: fd, address: Socket.localAddress(fd)))
+            for (addresses, dialect) in [(wantedListen, Dialect.ltb), (config.json.listen, .json)] {
+                for address in addresses {
+                    let fd = try Socket.listen(on: address)
+                    listeners.append(Listener(fd: fd, address: Socket.localAddress(fd), dialect: dialect))
+                }
             }
         }
         guard !listeners.isEmpty else { throw SystemError("listen: no usable listening socket", errno: EINVAL) }
         for i in listeners.indices {
             try selector.register(listeners[i].fd, token: Self.token(.listener, i))
             listeners[i].registered = true
-            logger.info("listening on \(listeners[i].address)", ["LISTEN": listeners[i].address])
+            let protocolName = listeners[i].dialect == .json ? "json" : "ltb"
+            logger.info("listening on \(listeners[i].address) (\(protocolName))", ["LISTEN": listeners[i].address, "PROTOCOL": protocolName])
         }
     }
 
@@ -174,6 +184,7 @@ public final class Server {
         if !overSoft.isEmpty || !draining.isEmpty { deadline = min(deadline, now + config.heartbeat.tickMs) }
         var ms = deadline > now ? deadline - now : 0
         if let wheel = liveness.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
+        if let wheel = jsonLiveness.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
         return Int32(min(ms, 60_000))
     }
 
@@ -249,8 +260,10 @@ public final class Server {
                 continue
             }
             _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
-            let id = table.add(fd: fd, address: address)
-            do {
+            let dialect = listeners[index].dialect
+            if dialect == .json { Socket.enableKeepalive(fd, idleMs: config.json.tcpKeepaliveMs) }
+            let id = table.add(fd: fd, dialect: dialect, address: address)
+            do throws(SystemError) {
                 try selector.register(fd, token: Self.token(.connection, id, generation: table.slots[id]!.generation))
             } catch {
                 logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": error.description])
@@ -259,7 +272,7 @@ public final class Server {
                 continue
             }
             relay.connect(id)
-            liveness.track(id, nowMs: now)
+            if dialect == .json { jsonLiveness.track(id, nowMs: now) } else { liveness.track(id, nowMs: now) }
             logger.debug("client connected", ["CLIENT_ADDR": address, "ROOM": config.server.defaultRoom])
         }
     }
@@ -339,6 +352,7 @@ public final class Server {
 
     /// Relays every whole frame at the start of `bytes`; returns the bytes used.
     private func processFrames(_ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+        if table.slots[id]!.dialect == .json { return processJSONFrames(id, bytes, now: now) }
         var offset = 0
         let order = config.protocol.byteOrder
         let limit = config.protocol.maxFrameBytes
@@ -348,11 +362,7 @@ public final class Server {
             case .needMore:
                 return offset
             case .tooLarge(let claimed):
-                let address = table.slots[id]!.address
-                logger.peerWarning(kind: "frame-too-large", nowMs: now,
-                                   "\(address): frame length \(claimed) exceeds max_frame_bytes (\(limit)); closing",
-                                   ["CLIENT_ADDR": address, "REASON": "frame_too_large", "LENGTH": String(claimed)])
-                table.markClosing(id, reason: "frame length \(claimed) exceeds max_frame_bytes \(limit)")
+                frameTooLarge(id, claimed: claimed, limit: limit, now: now)
                 return bytes.count
             case .frame(let type, let length):
                 let size = FrameCodec.headerSize + length
@@ -369,13 +379,82 @@ public final class Server {
         return offset
     }
 
-    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16, now: UInt64) {
+    /// A header claimed more than the limit: the stream cannot be trusted any
+    /// further, so only this client is closed (PROTOCOL.md §1).
+    private func frameTooLarge(_ id: Int, claimed: UInt32, limit: Int, now: UInt64) {
+        let address = table.slots[id]!.address
+        logger.peerWarning(kind: "frame-too-large", nowMs: now,
+                           "\(address): frame length \(claimed) exceeds max_frame_bytes (\(limit)); closing",
+                           ["CLIENT_ADDR": address, "REASON": "frame_too_large", "LENGTH": String(claimed)])
+        table.markClosing(id, reason: "frame length \(claimed) exceeds max_frame_bytes \(limit)")
+    }
+
+    /// Seed 002's JSON frames (PROTOCOL.md §7): each command becomes the LTB
+    /// frame it stands for and goes through the same relay, so both dialects
+    /// share rooms; JSON recipients get it translated back by the table.
+    private func processJSONFrames(_ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+        var offset = 0
+        let limit = config.json.maxFrameBytes
+        while offset < bytes.count {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+            switch JSONFrameCodec.parse(rest, maxFrameBytes: limit) {
+            case .needMore:
+                return offset
+            case .tooLarge(let claimed):
+                frameTooLarge(id, claimed: claimed, limit: limit, now: now)
+                return bytes.count
+            case .frame(_, let length):
+                let body = UnsafeRawBufferPointer(rebasing: rest[JSONFrameCodec.headerSize..<JSONFrameCodec.headerSize + length])
+                offset += JSONFrameCodec.headerSize + length
+                framesIn &+= 1
+                jsonLiveness.touch(id, nowMs: now)
+                handleJSONCommand(id, body, now: now)
+                guard table.slots[id]!.state == .open else { return bytes.count }
+            }
+        }
+        return offset
+    }
+
+    private func handleJSONCommand(_ id: Int, _ body: UnsafeRawBufferPointer, now: UInt64) {
+        let s = relay.settings
+        let type: UInt16
+        let frame: [UInt8]
+        switch JSONDialect.decode(body) {
+        case .failure(let error):
+            handleRejected(id, relay.reject(id, reason: "json: \(error.reason)"), type: nil, now: now)
+            return
+        case .success(.nickname(let name)):
+            table.slots[id]!.nickname = name
+            type = s.joinType
+            frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
+        case .success(.msg(let content)):
+            type = s.textType
+            frame = JSONDialect.ltbFrame(type: type, nickname: table.slots[id]!.nickname ?? "", text: content, settings: s)
+        case .success(.leave):
+            // Like seed 002's server: a leave before any nickname announces nothing.
+            guard let name = table.slots[id]!.nickname else { return }
+            table.slots[id]!.nickname = nil
+            type = s.leaveType
+            frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
+        case .success(.unknown(let cmd)):
+            logger.debug("ignoring unknown JSON command '\(cmd)'", ["CLIENT_ADDR": table.slots[id]!.address])
+            return
+        }
+        let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table) }
+        if case .rejected = event { handleRejected(id, event, type: nil, now: now) }
+        else if logger.enabled(.debug) { logRelayEvent(id, event) }
+    }
+
+    /// Logs a dropped frame and closes its sender at `max_violations`.
+    /// `type` is nil for JSON bodies.
+    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, now: UInt64) {
         guard case .rejected(let reason, let violations, let disconnect) = event else { return }
         let address = table.slots[id]!.address
         let max = config.protocol.maxViolations
+        let what = type.map { "frame of type \($0)" } ?? "JSON frame"
         logger.peerWarning(kind: "bad-frame", nowMs: now,
-                           "\(address): dropped bad frame of type \(type): \(reason) (violation \(violations) of \(max))",
-                           ["CLIENT_ADDR": address, "REASON": reason, "FRAME_TYPE": String(type), "ROOM": relay.room(of: id) ?? ""])
+                           "\(address): dropped bad \(what): \(reason) (violation \(violations) of \(max))",
+                           ["CLIENT_ADDR": address, "REASON": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
         if disconnect {
             table.markClosing(id, reason: "\(violations) bad frames (protocol.max_violations = \(max))")
         }
@@ -397,12 +476,17 @@ public final class Server {
     /// is flushed (up to `drainTimeoutMs`) before the socket is closed.
     private func peerClosed(_ id: Int) {
         depart(id)
-        liveness.untrack(id)
+        untrackLiveness(id)
         if table.slots[id]!.pendingOutput == 0 {
             table.markClosing(id, reason: "closed by peer")
             return
         }
         startDraining(id, now: clock())
+    }
+
+    private func untrackLiveness(_ id: Int) {
+        liveness.untrack(id)
+        jsonLiveness.untrack(id)
     }
 
     private func startDraining(_ id: Int, now: UInt64) {
@@ -506,7 +590,7 @@ public final class Server {
     private func reap(_ id: Int) {
         guard let c = table.slots[id] else { return }
         depart(id)
-        liveness.untrack(id)
+        untrackLiveness(id)
         selector.deregister(c.fd)
         Sys.close(c.fd)
         table.remove(id)
@@ -518,10 +602,12 @@ public final class Server {
     private func runTimers(now: UInt64) {
         expired.removeAll(keepingCapacity: true)
         liveness.expire(nowMs: now, into: &expired)
+        jsonLiveness.expire(nowMs: now, into: &expired)
         for id in expired {
             guard let c = table.slots[id], c.state == .open else { continue }
             evictions &+= 1
-            let reason = "heartbeat timeout: no frame for \(formatDuration(ms: liveness.timeoutMs))"
+            let timeout = c.dialect == .json ? jsonLiveness.timeoutMs : liveness.timeoutMs
+            let reason = "heartbeat timeout: no frame for \(formatDuration(ms: timeout))"
             logger.debug("evicting \(c.address): \(reason)", ["CLIENT_ADDR": c.address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
             table.markClosing(id, reason: reason)
         }
@@ -633,6 +719,10 @@ public final class Server {
             logger.warning("server.listen changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
         }
         applied.server.listen = config.server.listen
+        applied.json.listen = config.json.listen
+        if new.json.listen != config.json.listen && systemd.listenFDs.isEmpty {
+            logger.warning("json.listen changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
+        }
         if new.protocol.byteOrder != config.protocol.byteOrder {
             logger.warning("protocol.byte_order changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
             applied.protocol.byteOrder = config.protocol.byteOrder
@@ -644,7 +734,9 @@ public final class Server {
         let now = clock()
         config = applied
         relay.reconfigure(RelaySettings(applied))
+        table.relaySettings = relay.settings
         liveness.reconfigure(timeoutMs: applied.heartbeat.timeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
+        jsonLiveness.reconfigure(timeoutMs: applied.json.heartbeatTimeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         table.outputHardBytes = applied.limits.outputHardBytes
         logger.level = applied.log.level
         scheduleStats(now: now)

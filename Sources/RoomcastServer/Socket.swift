@@ -47,6 +47,18 @@ enum Socket {
         }
     }
 
+    /// Turns on TCP keepalive: probes after `idleMs` of silence, every third
+    /// of that, three unanswered probes drop the connection (tcp(7)).
+    /// 0 leaves keepalive off.
+    static func enableKeepalive(_ fd: Int32, idleMs: UInt64) {
+        guard idleMs > 0 else { return }
+        let idle = Int32(clamping: max(1, idleMs / 1000))
+        _ = Sys.setOption(fd, SOL_SOCKET, SO_KEEPALIVE, 1)
+        _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPIDLE, idle)
+        _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPINTVL, max(1, idle / 3))
+        _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_KEEPCNT, 3)
+    }
+
     /// The local address of a socket, as `1.2.3.4:P` or `[::1]:P`.
     static func localAddress(_ fd: Int32) -> String {
         var storage = sockaddr_storage()

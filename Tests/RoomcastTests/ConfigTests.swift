@@ -130,12 +130,16 @@ private func tempFile(_ bytes: [UInt8]) -> String {
     }
 
     /// Uncommenting every `#key = value` line must still give the defaults:
-    /// the documented values are the real ones.
+    /// the documented values are the real ones. `[json] listen` has no
+    /// default (the listener is off): its line is an example, left commented.
     @Test func shippedFileUncommentedEqualsDefaults() throws {
         let bytes = try #require(readAll(shippedConfPath))
         let text = String(decoding: bytes, as: UTF8.self)
+        var section = ""
         let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
-            line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
+            if line.hasPrefix("[") { section = String(line) }
+            if section == "[json]" && line.hasPrefix("#listen") { return line }
+            return line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
         }.joined(separator: "\n")
         #expect(uncommented != text)
         #expect(try Config.parse(uncommented, file: "uncommented") == Config.defaults)
@@ -160,9 +164,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "log"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 19)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 23)
     }
 
     @Test func everyKeyParsed() throws {
@@ -191,6 +195,12 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             level = debug
             target = journal
             stats_interval = 0
+            [json]
+            listen = 127.0.0.1:9899
+            listen = [::1]:9899
+            max_frame_bytes = 4K
+            heartbeat_timeout = 45s
+            tcp_keepalive = 2min
             """
         let c = try Config.parse(text, file: "t")
         let expected = Config(
@@ -200,7 +210,10 @@ private func tempFile(_ bytes: [UInt8]) -> String {
                             heartbeatType: 1, echo: false, validate: false, maxViolations: 10),
             heartbeat: .init(timeoutMs: 90_000, tickMs: 250),
             limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20),
-            log: .init(level: .debug, target: .journal, statsIntervalMs: 0))
+            log: .init(level: .debug, target: .journal, statsIntervalMs: 0),
+            json: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9899, isIPv6: false),
+                                 ListenAddress(host: "::1", port: 9899, isIPv6: true)],
+                        maxFrameBytes: 4096, heartbeatTimeoutMs: 45_000, tcpKeepaliveMs: 120_000))
         #expect(c == expected)
     }
 
