@@ -285,4 +285,22 @@ struct RelayIntegrationTests {
         try sender.send(after)
         #expect(healthy.receiveFrame()?.wire == after)
     }
+
+    @Test("a reader whose queue stays above output_soft_bytes (below the hard limit) is closed after output_soft_seconds, not before")
+    func softLimitDisconnectsAfterItsDelay() throws {
+        let d = try Daemon(["limits.output_hard_bytes": "256K", "limits.output_soft_bytes": "64K",
+                            "limits.output_soft_seconds": "1s", "protocol.echo": "no"])
+        let sender = try d.connect()
+        let slow = try d.connect(receiveBuffer: 4096)
+        // 240 KiB: under the hard limit, over the soft one even after the kernel buffers take their share.
+        let burst = (0..<240).flatMap { _ in Wire.frame(Wire.opaque, [UInt8](repeating: 7, count: 1018)) }
+        try sender.sendRaw(burst)
+        let sentMs = monotonicMs()
+        #expect(d.stderr.wait(forLineWith: ["slow consumer", slow.address, "pending for"], timeout: .seconds(3)),
+                "the soft-limit warning names the client")
+        let elapsed = monotonicMs() - sentMs
+        #expect(elapsed >= 900, "closed after \(elapsed) ms: output_soft_seconds is 1 s")
+        slow.expectClosed(within: .seconds(3))
+        sender.expectOpen()
+    }
 }
