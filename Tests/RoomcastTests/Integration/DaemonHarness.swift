@@ -1,0 +1,351 @@
+// Starts the built roomcastd as a child process with a temp config and a fake
+// NOTIFY_SOCKET, and tears it down however the test ends. Safe for tests
+// running in parallel in one process: ephemeral ports, private temp dirs, the
+// environment passed to the child only, no global state.
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+
+/// The `roomcastd` built next to the running test bundle (debug or release).
+let roomcastdURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    .deletingLastPathComponent().appendingPathComponent("roomcastd")
+
+/// Polls `condition` every 10 ms until it is true or `timeout` passes.
+func waitUntil(_ timeout: Duration, _ condition: () -> Bool) -> Bool {
+    let deadline = monotonicMs() + Int64(timeout.ms)
+    while !condition() {
+        if monotonicMs() >= deadline { return false }
+        usleep(10_000)
+    }
+    return true
+}
+
+/// A private temp directory, removed with everything in it on deinit.
+final class TempDirectory {
+    let path: String
+
+    init() throws {
+        var template = Array("/tmp/roomcast-itest-XXXXXX".utf8CString)
+        guard let p = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw HarnessError("mkdtemp: \(errnoText())")
+        }
+        path = String(cString: p)
+    }
+
+    /// Writes `text` to `name` in the directory and returns its path.
+    @discardableResult
+    func write(_ name: String, _ text: String) throws -> String {
+        let file = path + "/" + name
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+        return file
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// One datagram received on the fake notify socket.
+struct Notification: Sendable {
+    /// Position in the order of arrival (0-based).
+    var index: Int
+    /// Arrival time, `monotonicMs()`.
+    var atMs: Int64
+    /// The newline-separated `KEY=VALUE` assignments (sd_notify(3)).
+    var lines: [String]
+
+    /// The value of `key` in this datagram, if it is assigned.
+    func value(_ key: String) -> String? {
+        lines.first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+    }
+}
+
+/// A fake `$NOTIFY_SOCKET`: an AF_UNIX datagram socket read by a background
+/// thread that records every datagram with its arrival time.
+final class NotifySocket: Sendable {
+    let path: String
+    private let received = Mutex<[Notification]>([])
+    private let stopped = Mutex(false)
+
+    init(path: String) throws {
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket(AF_UNIX): \(errnoText())") }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else { close(fd); throw HarnessError("path too long: \(path)") }
+        withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: bytes) }
+        let r = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard r == 0 else { let e = errno; close(fd); throw HarnessError("bind \(path): \(errnoText(e))") }
+        var tv = timeval(tv_sec: 0, tv_usec: 50_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        self.path = path
+        Thread.detachNewThread { [self] in self.receiveLoop(fd) }
+    }
+
+    /// Runs on the background thread until `stop()`; owns and closes `fd`.
+    private func receiveLoop(_ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !stopped.withLock({ $0 }) {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { continue }
+            let text = String(decoding: buffer[0..<n], as: UTF8.self)
+            let at = monotonicMs()
+            received.withLock {
+                $0.append(Notification(index: $0.count, atMs: at, lines: text.split(separator: "\n").map(String.init)))
+            }
+        }
+        close(fd)
+    }
+
+    /// Stops the background thread (it closes the socket within 50 ms).
+    func stop() { stopped.withLock { $0 = true } }
+
+    /// Every datagram so far.
+    var all: [Notification] { received.withLock { $0 } }
+
+    /// The first datagram at `index >= from` that has a line satisfying
+    /// `match`, waiting up to `timeout` for it.
+    func wait(from: Int = 0, timeout: Duration = .seconds(10), _ match: (String) -> Bool) -> Notification? {
+        var found: Notification?
+        _ = waitUntil(timeout) {
+            found = all.dropFirst(from).first { $0.lines.contains(where: match) }
+            return found != nil
+        }
+        return found
+    }
+
+    /// The first datagram at `index >= from` with the line `line` (e.g. `READY=1`).
+    func wait(for line: String, from: Int = 0, timeout: Duration = .seconds(10)) -> Notification? {
+        wait(from: from, timeout: timeout) { $0 == line }
+    }
+}
+
+/// Text read from a child's pipe by a background thread until EOF.
+final class PipeCollector: Sendable {
+    private let text = Mutex("")
+    private let finished = Mutex(false)
+
+    /// Starts reading `pipe` (its write end must be closed in this process,
+    /// as `Process.run()` does).
+    init(_ pipe: Pipe) {
+        let handle = pipe.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { read(handle.fileDescriptor, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                let chunk = String(decoding: buffer[0..<n], as: UTF8.self)
+                text.withLock { $0 += chunk }
+            }
+            finished.withLock { $0 = true }
+            try? handle.close()
+        }
+    }
+
+    /// Everything read so far.
+    var current: String { text.withLock { $0 } }
+
+    /// Waits up to `timeout` for the text to contain `needle`.
+    @discardableResult
+    func wait(for needle: String, timeout: Duration = .seconds(5)) -> Bool {
+        waitUntil(timeout) { current.contains(needle) }
+    }
+
+    /// Waits up to `timeout` for one line to contain every string of `needles`.
+    @discardableResult
+    func wait(forLineWith needles: [String], timeout: Duration = .seconds(5)) -> Bool {
+        waitUntil(timeout) { line(with: needles) != nil }
+    }
+
+    /// The first line so far that contains every string of `needles`.
+    func line(with needles: [String]) -> String? {
+        current.split(separator: "\n").first { l in needles.allSatisfy { l.contains($0) } }.map(String.init)
+    }
+
+    /// Waits up to `timeout` for EOF (the child and its descendants closed the pipe).
+    func waitForEOF(timeout: Duration = .seconds(5)) -> Bool {
+        waitUntil(timeout) { finished.withLock { $0 } }
+    }
+}
+
+/// A child process with stdout and stderr captured. On deinit a child still
+/// running gets SIGTERM, then SIGKILL after 5 s.
+final class ChildProcess {
+    let process = Process()
+    let stdout: PipeCollector
+    let stderr: PipeCollector
+
+    /// Starts `executable` with exactly `environment` (the test process's
+    /// environment is never modified).
+    init(_ executable: URL, _ arguments: [String], environment: [String: String]) throws {
+        let out = Pipe(), err = Pipe()
+        process.executableURL = executable
+        process.arguments = arguments
+        process.environment = environment
+        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        stdout = PipeCollector(out)
+        stderr = PipeCollector(err)
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// Sends `signal` to the child.
+    func kill(_ signal: Int32) { if process.isRunning { Glibc.kill(pid, signal) } }
+
+    /// The exit status (or the signal number, for a child killed by one),
+    /// or nil if it is still running after `timeout`.
+    func waitForExit(timeout: Duration = .seconds(10)) -> Int32? {
+        guard waitUntil(timeout, { !process.isRunning }) else { return nil }
+        return process.terminationStatus
+    }
+
+    /// Whether the child exited normally (not killed by a signal).
+    var exitedNormally: Bool { !process.isRunning && process.terminationReason == .exit }
+
+    deinit {
+        guard process.isRunning else { return }
+        Glibc.kill(pid, SIGTERM)
+        if waitForExit(timeout: .seconds(5)) == nil {
+            Glibc.kill(pid, SIGKILL)
+            _ = waitForExit(timeout: .seconds(5))
+        }
+    }
+}
+
+/// The environment for a child: the test process's own, minus anything that
+/// would make the child think systemd runs it, plus `extra`.
+func childEnvironment(_ extra: [String: String]) -> [String: String] {
+    var env = ProcessInfo.processInfo.environment
+    for key in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "JOURNAL_STREAM"] {
+        env[key] = nil
+    }
+    env.merge(extra) { $1 }
+    return env
+}
+
+/// A running roomcastd on an ephemeral loopback port with a fake
+/// NOTIFY_SOCKET. Everything is torn down on deinit (SIGTERM, then SIGKILL;
+/// temp files removed), so a failing test cleans up too.
+final class Daemon {
+    /// Settings every test gets unless it overrides them: ephemeral
+    /// loopback port, readable debug log on stderr, a fast timer tick.
+    static let baseSettings = [
+        "server.listen": "127.0.0.1:0",
+        "log.target": "stderr",
+        "log.level": "debug",
+        "heartbeat.tick": "50ms",
+    ]
+
+    /// Renders `section.key = value` settings as an INI file.
+    static func configText(_ settings: [String: String]) -> String {
+        var sections: [String: [String]] = [:]
+        for (dotted, value) in settings {
+            let parts = dotted.split(separator: ".", maxSplits: 1).map(String.init)
+            sections[parts[0], default: []].append("\(parts[1]) = \(value)")
+        }
+        return sections.keys.sorted().map { "[\($0)]\n" + sections[$0]!.sorted().joined(separator: "\n") + "\n" }
+            .joined(separator: "\n")
+    }
+
+    let directory: TempDirectory
+    let configPath: String
+    let notify: NotifySocket
+    let child: ChildProcess
+    /// The listening host and port (from the log line `listening on HOST:PORT`).
+    private(set) var host = ""
+    private(set) var port: UInt16 = 0
+
+    /// Starts roomcastd with `baseSettings` overridden by `settings`, then
+    /// waits for `listening on ...` on stderr and READY=1 (10 s each).
+    /// - Parameters:
+    ///   - environment: extra variables for the child (e.g. `WATCHDOG_USEC`).
+    ///   - socketActivationPort: start it through `systemd-socket-activate -l
+    ///     127.0.0.1:PORT` instead; it is then only started by the first
+    ///     connection, so nothing is awaited.
+    init(_ settings: [String: String] = [:], environment: [String: String] = [:],
+         socketActivationPort: UInt16? = nil) throws {
+        directory = try TempDirectory()
+        configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
+        notify = try NotifySocket(path: directory.path + "/notify")
+        let env = childEnvironment(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
+        if let port = socketActivationPort {
+            child = try ChildProcess(URL(fileURLWithPath: "/usr/bin/systemd-socket-activate"),
+                                     ["-l", "127.0.0.1:\(port)", "-E", "NOTIFY_SOCKET", roomcastdURL.path, "--config", configPath],
+                                     environment: env)
+            host = "127.0.0.1"
+            self.port = port
+            return
+        }
+        child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
+        do {
+            try waitUntilReady()
+        } catch {
+            notify.stop()
+            throw error
+        }
+    }
+
+    deinit {
+        notify.stop()
+        // `child`'s deinit stops the daemon; `directory`'s removes the files.
+    }
+
+    /// Waits for the listening address on stderr and READY=1.
+    func waitUntilReady(timeout: Duration = .seconds(10)) throws {
+        guard stderr.wait(for: "listening on ", timeout: timeout), notify.wait(for: "READY=1", timeout: timeout) != nil else {
+            throw HarnessError("roomcastd did not become ready within \(timeout); stderr:\n\(stderr.current)")
+        }
+        let line = stderr.current.split(separator: "\n").first { $0.contains("listening on ") }!
+        let address = line[line.range(of: "listening on ")!.upperBound...].prefix { $0 != " " }
+        guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
+            throw HarnessError("no port in log line: \(line)")
+        }
+        host = address[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        self.port = port
+    }
+
+    /// The daemon's stderr (its log, with `target = stderr`).
+    var stderr: PipeCollector { child.stderr }
+
+    /// A new client connection. With `awaitAccept` it returns only once the
+    /// daemon logged `client connected` for it (so it is in the default room
+    /// before anybody sends); that needs `log.level = debug`, the default here.
+    func connect(receiveBuffer: Int? = nil, awaitAccept: Bool = true) throws -> TestClient {
+        let client = try TestClient(host: host, port: port, receiveBuffer: receiveBuffer, owner: self)
+        if awaitAccept && !stderr.wait(for: "client connected CLIENT_ADDR=\(client.address) ") {
+            throw HarnessError("roomcastd did not log accepting \(client.address); stderr:\n\(stderr.current)")
+        }
+        return client
+    }
+
+    /// Replaces the config file (for SIGHUP tests); `text` is written verbatim.
+    func rewriteConfig(_ text: String) throws {
+        try directory.write("roomcastd.conf", text)
+    }
+
+    /// The config text `settings` gives, with the base settings included.
+    static func fullConfig(_ settings: [String: String]) -> String {
+        configText(baseSettings.merging(settings) { $1 })
+    }
+}
+
+/// Runs roomcastd with `arguments` to completion (10 s at most) and returns
+/// its exit status, stdout and stderr. A fake notify socket is passed so
+/// tests can check that nothing was reported.
+func runRoomcastd(_ arguments: [String]) throws -> (status: Int32?, stdout: String, stderr: String, notifications: [Notification]) {
+    let dir = try TempDirectory()
+    let notify = try NotifySocket(path: dir.path + "/notify")
+    defer { notify.stop() }
+    let child = try ChildProcess(roomcastdURL, arguments, environment: childEnvironment(["NOTIFY_SOCKET": notify.path]))
+    let status = child.waitForExit(timeout: .seconds(10))
+    _ = child.stdout.waitForEOF()
+    _ = child.stderr.waitForEOF()
+    pause(.milliseconds(20))  // let the notify thread take a last datagram
+    return (status, child.stdout.current, child.stderr.current, notify.all)
+}

@@ -1,0 +1,154 @@
+// The built roomcastd as systemd runs it: readiness, watchdog, signals,
+// reload, config errors, command line, IPv6, socket activation.
+import Glibc
+import RoomcastCore
+import Testing
+
+@Suite("Lifecycle integration (real roomcastd, fake NOTIFY_SOCKET)")
+struct LifecycleIntegrationTests {
+    @Test("READY=1 comes after the port accepts, with STATUS=; WATCHDOG=1 every WATCHDOG_USEC/2")
+    func readinessStatusAndWatchdog() throws {
+        let d = try Daemon(environment: ["WATCHDOG_USEC": "400000"])
+        let ready = try #require(d.notify.wait(for: "READY=1"))
+        // Connecting right after READY=1 must succeed: `connect` also waits
+        // for the daemon to log the accept.
+        let client = try d.connect()
+        #expect(ready.value("STATUS")?.contains("clients") == true, "READY=1 carries STATUS=: \(ready.lines)")
+        #expect(d.stderr.line(with: ["watchdog enabled", "200ms"]) != nil)
+
+        let windowStart = monotonicMs()
+        pause(.milliseconds(1500))
+        let pings = d.notify.all.filter { $0.lines.contains("WATCHDOG=1") && $0.atMs >= windowStart }.map(\.atMs)
+        #expect(pings.count >= 5, "\(pings.count) WATCHDOG=1 in 1.5 s with WATCHDOG_USEC=400000")
+        let gaps = zip(pings.dropFirst(), pings).map { $0 - $1 } + [pings.first.map { $0 - windowStart } ?? 1500]
+        #expect(gaps.allSatisfy { $0 <= 400 }, "gaps between pings (ms): \(gaps)")
+
+        // STATUS= is refreshed with live figures (every 2 s).
+        let status = d.notify.wait(from: ready.index + 1, timeout: .seconds(3)) { $0.hasPrefix("STATUS=1 clients") }
+        #expect(status != nil, "no STATUS= refresh counting the connected client; got \(d.notify.all.map(\.lines))")
+        client.expectOpen()
+    }
+
+    @Test("SIGTERM/SIGINT: STOPPING=1, clients see EOF, exit status 0", arguments: [SIGTERM, SIGINT])
+    func gracefulStop(signal: Int32) throws {
+        let d = try Daemon()
+        let a = try d.connect(), b = try d.connect()
+        let alice = Wire.user("alice")
+        try a.send(Wire.join(alice))
+        #expect(b.receiveFrame()?.wire == Wire.join(alice))
+        d.child.kill(signal)
+        let stopping = d.notify.wait(for: "STOPPING=1", timeout: .seconds(5))
+        #expect(stopping != nil, "no STOPPING=1; got \(d.notify.all.map(\.lines))")
+        a.expectClosed(within: .seconds(3))
+        b.expectClosed(within: .seconds(3))
+        #expect(d.child.waitForExit(timeout: .seconds(5)) == 0)
+        #expect(d.child.exitedNormally, "exited, not killed by a signal")
+        #expect(!d.notify.all.contains { $0.lines.contains("WATCHDOG=1") }, "no watchdog pings without WATCHDOG_USEC")
+        #expect(throws: HarnessError.self, "the listener is closed") { try TestClient(host: d.host, port: d.port) }
+    }
+
+    @Test("SIGHUP: RELOADING=1 + MONOTONIC_USEC then READY=1, clients kept, echo change live; a broken file keeps the old config")
+    func reloadOnSIGHUP() throws {
+        let d = try Daemon(["protocol.echo": "yes"])
+        let a = try d.connect(), b = try d.connect()
+        let alice = Wire.user("alice")
+        try a.send(Wire.join(alice))
+        #expect(a.receiveFrame()?.wire == Wire.join(alice), "echo = yes at start")
+        #expect(b.receiveFrame()?.wire == Wire.join(alice))
+
+        try d.rewriteConfig(Daemon.fullConfig(["protocol.echo": "no"]))
+        var from = d.notify.all.count
+        d.child.kill(SIGHUP)
+        let reloading = try #require(d.notify.wait(for: "RELOADING=1", from: from, timeout: .seconds(5)))
+        let usec = try #require(reloading.value("MONOTONIC_USEC").flatMap(Int64.init), "RELOADING=1 without MONOTONIC_USEC: \(reloading.lines)")
+        #expect(abs(usec / 1000 - reloading.atMs) < 2_000, "MONOTONIC_USEC is CLOCK_MONOTONIC now")
+        #expect(d.notify.wait(for: "READY=1", from: reloading.index + 1, timeout: .seconds(5)) != nil, "READY=1 after the reload")
+        #expect(d.stderr.wait(forLineWith: ["configuration reloaded from \(d.configPath)"]))
+
+        let hi = Wire.text(alice, "after reload")
+        try a.send(hi)
+        #expect(b.receiveFrame()?.wire == hi, "clients kept across the reload")
+        a.expectNoFrame(within: .milliseconds(300), "echo = no applied live")
+
+        // Line 3 is invalid: the reload is refused and echo stays off.
+        try d.rewriteConfig("[protocol]\necho = yes\nmax_violations = zero\n")
+        from = d.notify.all.count
+        d.child.kill(SIGHUP)
+        let second = try #require(d.notify.wait(for: "RELOADING=1", from: from, timeout: .seconds(5)))
+        #expect(d.notify.wait(for: "READY=1", from: second.index + 1, timeout: .seconds(5)) != nil, "READY=1 after a failed reload too")
+        #expect(d.stderr.wait(forLineWith: ["reload failed", "\(d.configPath):3:", "max_violations"]),
+                "the log names FILE:LINE and the reason")
+        let still = Wire.text(alice, "old config still running")
+        try a.send(still)
+        #expect(b.receiveFrame()?.wire == still)
+        a.expectNoFrame(within: .milliseconds(300), "echo = yes from the broken file must not apply")
+    }
+
+    @Test("a bad config at start: exit 78, FILE:LINE and the reason on stderr, nothing bound, no READY=1")
+    func badConfigRefusedAtStart() throws {
+        let dir = try TempDirectory()
+        let port = try freeLoopbackPort()
+        let path = try dir.write("bad.conf", "[server]\nlisten = 127.0.0.1:\(port)\n\n[heartbeat]\ntimeout = 30x\n")
+        let run = try runRoomcastd(["--config", path])
+        #expect(run.status == 78)
+        #expect(run.stderr.contains("\(path):5:") && run.stderr.contains("heartbeat.timeout"), "stderr: \(run.stderr)")
+        #expect(!run.stderr.contains("listening on"), "nothing bound")
+        #expect(!run.notifications.contains { $0.lines.contains("READY=1") })
+        #expect(run.notifications.contains { $0.value("STATUS")?.contains("invalid configuration") == true })
+    }
+
+    @Test("--check-config: 0 on a good file, 78 on a bad one")
+    func checkConfig() throws {
+        let dir = try TempDirectory()
+        let good = try dir.write("good.conf", Daemon.fullConfig([:]))
+        let bad = try dir.write("bad.conf", "[protocol]\nbyte_order = middle\n")
+        let ok = try runRoomcastd(["--check-config", "--config", good])
+        #expect(ok.status == 0)
+        #expect(ok.stdout.contains("configuration is valid"))
+        let ko = try runRoomcastd(["--config", bad, "--check-config"])
+        #expect(ko.status == 78)
+        #expect(ko.stderr.contains("\(bad):2:"), "stderr: \(ko.stderr)")
+    }
+
+    @Test("command line: unknown option exits 64 naming it; --version and --help exit 0")
+    func commandLine() throws {
+        let unknown = try runRoomcastd(["--bogus-option"])
+        #expect(unknown.status == 64)
+        #expect(unknown.stderr.contains("--bogus-option"), "stderr: \(unknown.stderr)")
+        let version = try runRoomcastd(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("roomcastd "))
+        let help = try runRoomcastd(["--help"])
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("Usage: roomcastd") && help.stdout.contains("--check-config"))
+    }
+
+    @Test("IPv6: listen = [::1]:0 serves clients over ::1")
+    func ipv6Loopback() throws {
+        let d = try Daemon(["server.listen": "[::1]:0"])
+        #expect(d.host == "::1")
+        let a = try d.connect(), b = try d.connect()
+        #expect(a.address.hasPrefix("[::1]:"))
+        let frame = Wire.join(Wire.user("v6"))
+        try a.send(frame)
+        #expect(a.receiveFrame()?.wire == frame)
+        #expect(b.receiveFrame()?.wire == frame)
+    }
+
+    @Test("socket activation: the first connection starts roomcastd on systemd's socket and is served")
+    func socketActivation() throws {
+        let port = try freeLoopbackPort()
+        let d = try Daemon(socketActivationPort: port)
+        #expect(d.stderr.wait(for: "Listening on 127.0.0.1:\(port)"), "systemd-socket-activate: \(d.stderr.current)")
+        #expect(d.notify.all.isEmpty, "nothing started before the first connection")
+        let first = try d.connect(awaitAccept: false)
+        #expect(d.notify.wait(for: "READY=1") != nil, "stderr: \(d.stderr.current)")
+        #expect(d.stderr.wait(forLineWith: ["using 1 listening socket(s) from systemd"]))
+        let frame = Wire.join(Wire.user("activated"))
+        try first.send(frame)
+        #expect(first.receiveFrame()?.wire == frame, "the connection that started the daemon is served")
+        let second = try d.connect()
+        try second.send(Wire.text(Wire.user("activated"), "me too"))
+        #expect(first.receiveFrame()?.wire == Wire.text(Wire.user("activated"), "me too"))
+    }
+}
