@@ -45,6 +45,9 @@ struct Connection {
     var flushQueued = false
     /// Why it is being closed (for the log).
     var closeReason = ""
+    /// The close is the peer's fault and worth a (rate-limited) warning at
+    /// reap time, e.g. a slow consumer cut off at the hard output limit.
+    var closeWarns = false
     /// The relay has already been told it is gone (leave announced).
     var departed = false
     /// Deadline for flushing owed output while draining, in ms.
@@ -119,11 +122,13 @@ final class ConnectionTable: FrameSink {
         count -= 1
     }
 
-    /// Marks `id` for close at the end of the iteration; the first reason wins.
-    func markClosing(_ id: Int, reason: String) {
+    /// Marks `id` for close at the end of the iteration; the first reason
+    /// wins. `warn`: log the close as a warning rather than at debug.
+    func markClosing(_ id: Int, reason: String, warn: Bool = false) {
         guard slots[id] != nil, slots[id]!.state != .closing else { return }
         slots[id]!.state = .closing
         slots[id]!.closeReason = reason
+        slots[id]!.closeWarns = warn
         closeList.append(id)
     }
 
@@ -148,7 +153,8 @@ final class ConnectionTable: FrameSink {
 
     private func append(_ frame: UnsafeRawBufferPointer, to id: Int) {
         if slots[id]!.pendingOutput + frame.count > outputHardBytes {
-            markClosing(id, reason: "slow consumer: output buffer would exceed output_hard_bytes (\(formatSize(outputHardBytes)))")
+            markClosing(id, reason: "slow consumer: \(slots[id]!.pendingOutput) bytes pending, the next frame would exceed "
+                        + "output_hard_bytes (\(formatSize(outputHardBytes)))", warn: true)
             return
         }
         slots[id]!.output.append(contentsOf: frame)

@@ -589,6 +589,10 @@ public final class Server {
 
     private func reap(_ id: Int) {
         guard let c = table.slots[id] else { return }
+        if c.closeWarns {
+            logger.peerWarning(kind: "slow-consumer", nowMs: clock(), "\(c.address): closing: \(c.closeReason)",
+                               ["CLIENT_ADDR": c.address, "REASON": c.closeReason, "ROOM": relay.room(of: id) ?? ""])
+        }
         depart(id)
         untrackLiveness(id)
         selector.deregister(c.fd)

@@ -259,10 +259,18 @@ struct RelayIntegrationTests {
 
     @Test("a slow reader is disconnected while a healthy reader gets all of a 2000 x 1 KiB burst in order")
     func slowReaderDisconnected() throws {
+        // The soft delay is long, so the hard limit is what cuts the reader off;
+        // at the default log level the operator must still see it (a warning).
         let d = try Daemon(["limits.output_hard_bytes": "256K", "limits.output_soft_bytes": "64K",
-                            "limits.output_soft_seconds": "1s", "protocol.echo": "no"])
-        let sender = try d.connect(), healthy = try d.connect()
-        let slow = try d.connect(receiveBuffer: 4096)  // never reads
+                            "limits.output_soft_seconds": "1min", "protocol.echo": "no", "log.level": "info"])
+        let sender = try d.connect(awaitAccept: false), healthy = try d.connect(awaitAccept: false)
+        let slow = try d.connect(receiveBuffer: 4096, awaitAccept: false)  // never reads
+        // At info level there is no accept line to wait for: a probe that
+        // reaches `healthy` proves the loop has accepted all three (slow was
+        // in the backlog before the probe was sent).
+        let probe = Wire.frame(Wire.opaque, [0])
+        try sender.send(probe)
+        #expect(healthy.receiveFrame()?.wire == probe)
         var received: [Frame] = []
         var expected: [[UInt8]] = []
         for batch in 0..<40 {
@@ -279,7 +287,8 @@ struct RelayIntegrationTests {
         }
         #expect(received.count == 2000)
         #expect(received.map(\.wire) == expected, "every frame, in order, none dropped from the middle")
-        #expect(d.stderr.wait(forLineWith: ["slow consumer", slow.address]), "the log names the slow client")
+        #expect(d.stderr.wait(forLineWith: ["WARNING", "slow consumer", "output_hard_bytes", slow.address]),
+                "a warning names the slow client and the limit")
         slow.expectClosed(within: .seconds(3))
         let after = Wire.frame(Wire.opaque, [1])
         try sender.send(after)
