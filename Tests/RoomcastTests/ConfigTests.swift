@@ -328,6 +328,13 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[limits]\noutput_hard_bytes = 128K", 2, "output_soft_bytes (256K) must not exceed limits.output_hard_bytes (128K)"),
         ("[limits]\noutput_soft_bytes = 1K\noutput_hard_bytes = 65541\n", 3, "at least protocol.max_frame_bytes + 6 (65542)"),
         ("[limits]\noutput_soft_bytes = 1K\noutput_hard_bytes = 64K\n[protocol]\nmax_frame_bytes = 65531", 5, "at least"),
+        ("[json]\nlisten = localhost:9899", 2, "json.listen: 'localhost:9899' is not a listen address"),
+        ("[server]\nlisten = 127.0.0.1:9898\n[json]\nlisten = 127.0.0.1:9898", 4, "127.0.0.1:9898 is already listed at line 2"),
+        ("[json]\nmax_frame_bytes = 0", 2, "json.max_frame_bytes: '0' is out of range"),
+        ("[json]\nheartbeat_timeout = 50ms", 2, "heartbeat.tick (100ms) must be less than json.heartbeat_timeout (50ms)"),
+        ("[json]\ntcp_keepalive = 1500ms", 2, "json.tcp_keepalive must be whole seconds"),
+        ("[json]\ntcp_keepalive = 3h", 2, "out of range"),
+        ("[json]\nmax_frame_bytes = 5M", 2, "at least json.max_frame_bytes + 4"),
         // the first error wins
         ("[log]\nlevel = loud\nlevel = quiet", 2, "'loud'"),
     ] as [(String, Int, String)])

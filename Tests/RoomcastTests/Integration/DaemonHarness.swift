@@ -260,26 +260,31 @@ final class Daemon {
     /// The listening host and port (from the log line `listening on HOST:PORT`).
     private(set) var host = ""
     private(set) var port: UInt16 = 0
+    /// The port of the `[json]` listener (PROTOCOL.md §7), when configured.
+    private(set) var jsonPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
     /// waits for `listening on ...` on stderr and READY=1 (10 s each).
     /// - Parameters:
     ///   - environment: extra variables for the child (e.g. `WATCHDOG_USEC`).
-    ///   - socketActivationPort: start it through `systemd-socket-activate -l
-    ///     127.0.0.1:PORT` instead; it is then only started by the first
-    ///     connection, so nothing is awaited.
+    ///   - socketActivation: start it through `systemd-socket-activate` with
+    ///     one `-l 127.0.0.1:PORT` per entry and `--fdname=` the names (`ltb`,
+    ///     `json`) instead; it is then only started by the first connection,
+    ///     so nothing is awaited. `port` is the first entry's.
     init(_ settings: [String: String] = [:], environment: [String: String] = [:],
-         socketActivationPort: UInt16? = nil) throws {
+         socketActivation: [(name: String, port: UInt16)] = []) throws {
         directory = try TempDirectory()
         configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
         notify = try NotifySocket(path: directory.path + "/notify")
         let env = childEnvironment(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
-        if let port = socketActivationPort {
+        if let first = socketActivation.first {
+            let listen = socketActivation.flatMap { ["-l", "127.0.0.1:\($0.port)"] }
+            let names = "--fdname=" + socketActivation.map(\.name).joined(separator: ":")
             child = try ChildProcess(URL(fileURLWithPath: "/usr/bin/systemd-socket-activate"),
-                                     ["-l", "127.0.0.1:\(port)", "-E", "NOTIFY_SOCKET", roomcastdURL.path, "--config", configPath],
+                                     listen + [names, "-E", "NOTIFY_SOCKET", roomcastdURL.path, "--config", configPath],
                                      environment: env)
             host = "127.0.0.1"
-            self.port = port
+            self.port = first.port
             return
         }
         child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
@@ -301,13 +306,19 @@ final class Daemon {
         guard stderr.wait(for: "listening on ", timeout: timeout), notify.wait(for: "READY=1", timeout: timeout) != nil else {
             throw HarnessError("roomcastd did not become ready within \(timeout); stderr:\n\(stderr.current)")
         }
-        let line = stderr.current.split(separator: "\n").first { $0.contains("listening on ") }!
-        let address = line[line.range(of: "listening on ")!.upperBound...].prefix { $0 != " " }
-        guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
-            throw HarnessError("no port in log line: \(line)")
+        let lines = stderr.current.split(separator: "\n").filter { $0.contains("listening on ") }
+        for line in lines {
+            let address = line[line.range(of: "listening on ")!.upperBound...].prefix { $0 != " " }
+            guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
+                throw HarnessError("no port in log line: \(line)")
+            }
+            if line.contains("(json)") {
+                jsonPort = port
+            } else if self.port == 0 {
+                host = address[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+                self.port = port
+            }
         }
-        host = address[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        self.port = port
     }
 
     /// The daemon's stderr (its log, with `target = stderr`).

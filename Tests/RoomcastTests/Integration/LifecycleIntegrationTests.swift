@@ -138,7 +138,7 @@ struct LifecycleIntegrationTests {
     @Test("socket activation: the first connection starts roomcastd on systemd's socket and is served")
     func socketActivation() throws {
         let port = try freeLoopbackPort()
-        let d = try Daemon(socketActivationPort: port)
+        let d = try Daemon(socketActivation: [("ltb", port)])
         #expect(d.stderr.wait(for: "Listening on 127.0.0.1:\(port)"), "systemd-socket-activate: \(d.stderr.current)")
         #expect(d.notify.all.isEmpty, "nothing started before the first connection")
         let first = try d.connect(awaitAccept: false)
