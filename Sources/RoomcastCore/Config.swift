@@ -144,6 +144,9 @@ public struct Config: Equatable, Sendable {
         /// `default_room`: room of a client that has not joined one yet.
         /// Non-empty, at most 255 bytes of UTF-8. Default `lobby`.
         public var defaultRoom: String
+        /// `max_clients_per_ip`: simultaneous connections from one IP
+        /// address, 0 ... 1048576; 0 = no limit (default).
+        public var maxClientsPerIP: Int
     }
 
     /// `[protocol]` (PROTOCOL.md §1, §2).
@@ -192,6 +195,19 @@ public struct Config: Equatable, Sendable {
         /// Default 4M; at least `max_frame_bytes` + 6 so one frame of the
         /// maximum size can always be queued.
         public var outputHardBytes: Int
+        /// `frames_per_second`: frames a client may send per second (token
+        /// bucket); frames over it are dropped and count as violations.
+        /// 0 = no limit (default).
+        public var framesPerSecond: Int
+        /// `frames_burst`: bucket size for `frames_per_second`; 0 = one
+        /// second's worth (default).
+        public var framesBurst: Int
+        /// `bytes_per_second`: bytes (headers included) a client may send per
+        /// second, as above. 0 = no limit (default).
+        public var bytesPerSecond: Int
+        /// `bytes_burst`: bucket size for `bytes_per_second`, at least one
+        /// frame of `max_frame_bytes`; 0 = one second's worth (default).
+        public var bytesBurst: Int
     }
 
     /// `[log]`
@@ -233,13 +249,15 @@ public struct Config: Equatable, Sendable {
         server: Server(
             listen: [ListenAddress(host: "0.0.0.0", port: 9898, isIPv6: false)],
             maxClients: 10_000,
-            defaultRoom: "lobby"),
+            defaultRoom: "lobby",
+            maxClientsPerIP: 0),
         protocol: ProtocolSettings(
             byteOrder: .little, maxFrameBytes: 64 << 10,
             joinType: 0, leaveType: 1, heartbeatType: 8,
             echo: true, validate: true, maxViolations: 3),
         heartbeat: Heartbeat(timeoutMs: 30_000, tickMs: 100),
-        limits: Limits(outputSoftBytes: 256 << 10, outputSoftMs: 10_000, outputHardBytes: 4 << 20),
+        limits: Limits(outputSoftBytes: 256 << 10, outputSoftMs: 10_000, outputHardBytes: 4 << 20,
+                       framesPerSecond: 0, framesBurst: 0, bytesPerSecond: 0, bytesBurst: 0),
         log: Log(level: .info, target: .auto, statsIntervalMs: 60_000),
         json: JSON(listen: [], maxFrameBytes: 64 << 10, heartbeatTimeoutMs: 0, tcpKeepaliveMs: 60_000))
 
@@ -367,6 +385,15 @@ public struct Config: Equatable, Sendable {
                        + "protocol.max_frame_bytes + 6 (\(p.maxFrameBytes + 6)) so one frame of the "
                        + "maximum size can always be queued")
         }
+        // A bucket smaller than one frame of the maximum size would refuse
+        // such frames forever (the JSON limit counts when JSON is listened on).
+        let burst = limits.bytesBurst != 0 ? limits.bytesBurst : limits.bytesPerSecond
+        let largest = max(p.maxFrameBytes + 6, json.listen.isEmpty ? 0 : json.maxFrameBytes + 4)
+        if limits.bytesPerSecond != 0 && burst < largest {
+            throw fail(["limits.bytes_per_second", "limits.bytes_burst", "protocol.max_frame_bytes", "json.max_frame_bytes"],
+                       "limits.bytes_burst (or bytes_per_second when the burst is 0) is \(formatSize(burst)): it must hold "
+                       + "one frame of max_frame_bytes (\(largest) with its header)")
+        }
         if limits.outputHardBytes < json.maxFrameBytes + 4 {
             throw fail(["limits.output_hard_bytes", "json.max_frame_bytes"],
                        "limits.output_hard_bytes (\(formatSize(limits.outputHardBytes))) must be at least "
@@ -416,6 +443,9 @@ let specs: [SectionSpec] = [
             }
             c.server.defaultRoom = v
         },
+        KeySpec(name: "max_clients_per_ip") { c, v throws(ValueError) in
+            c.server.maxClientsPerIP = try integer(v, 0...1_048_576)
+        },
     ]),
     SectionSpec(section: "protocol", keys: [
         KeySpec(name: "byte_order") { c, v throws(ValueError) in c.protocol.byteOrder = try choice(v) },
@@ -450,6 +480,18 @@ let specs: [SectionSpec] = [
         },
         KeySpec(name: "output_hard_bytes") { c, v throws(ValueError) in
             c.limits.outputHardBytes = try size(v, 1...Int.max)
+        },
+        KeySpec(name: "frames_per_second") { c, v throws(ValueError) in
+            c.limits.framesPerSecond = try integer(v, 0...100_000_000)
+        },
+        KeySpec(name: "frames_burst") { c, v throws(ValueError) in
+            c.limits.framesBurst = try integer(v, 0...100_000_000)
+        },
+        KeySpec(name: "bytes_per_second") { c, v throws(ValueError) in
+            c.limits.bytesPerSecond = try size(v, 0...(1 << 40))
+        },
+        KeySpec(name: "bytes_burst") { c, v throws(ValueError) in
+            c.limits.bytesBurst = try size(v, 0...(1 << 40))
         },
     ]),
     SectionSpec(section: "json", keys: [

@@ -30,6 +30,11 @@ struct Connection {
     var nickname: String?
     /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
     let address: String
+    /// The peer's IP address alone (`1.2.3.4`, `[::1]`), for `max_clients_per_ip`.
+    var ip: Substring { address[..<(address.lastIndex(of: ":") ?? address.endIndex)] }
+    /// Rate limits (`[limits] frames_per_second`, `bytes_per_second`); nil: off.
+    var frameBucket: TokenBucket?
+    var byteBucket: TokenBucket?
     var state: ConnectionState = .open
     /// A partial frame carried over between reads (grows with bytes
     /// received, never with the length a header claims).
@@ -75,6 +80,11 @@ final class ConnectionTable: FrameSink {
     private var freeSlots: [Int] = []
     private var generations: [UInt32] = []
     private(set) var count = 0
+    /// Open connections per peer IP address (only while `max_clients_per_ip` is set).
+    private(set) var perIP: [Substring: Int] = [:]
+    var countPerIP = false {
+        didSet { if !countPerIP { perIP = [:] } else if !oldValue { for c in slots { if let c { perIP[c.ip, default: 0] += 1 } } } }
+    }
 
     /// Connections with output queued in this iteration.
     var flushList: [Int] = []
@@ -111,12 +121,14 @@ final class ConnectionTable: FrameSink {
         generations[id] &+= 1
         slots[id] = Connection(fd: fd, generation: generations[id], dialect: dialect, address: address)
         count += 1
+        if countPerIP { perIP[slots[id]!.ip, default: 0] += 1 }
         return id
     }
 
     /// Frees the slot of a reaped connection.
     func remove(_ id: Int) {
-        guard slots[id] != nil else { return }
+        guard let c = slots[id] else { return }
+        if countPerIP, let n = perIP[c.ip] { perIP[c.ip] = n > 1 ? n - 1 : nil }
         slots[id] = nil
         freeSlots.append(id)
         count -= 1

@@ -98,6 +98,7 @@ public final class Server {
         let settings = RelaySettings(config)
         self.table = ConnectionTable(outputHardBytes: config.limits.outputHardBytes, relaySettings: settings)
         self.relay = Relay(settings: settings)
+        self.table.countPerIP = config.server.maxClientsPerIP > 0
         let now = clock()
         self.liveness = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
         self.jsonLiveness = LivenessTracker(timeoutMs: config.json.heartbeatTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
@@ -259,6 +260,14 @@ public final class Server {
                                    ["CLIENT_ADDR": address, "REASON": "max_clients"])
                 continue
             }
+            let perIP = config.server.maxClientsPerIP
+            if perIP > 0, let ip = address.lastIndex(of: ":").map({ address[..<$0] }), table.perIP[ip, default: 0] >= perIP {
+                Sys.close(fd)
+                logger.peerWarning(kind: "max-clients-per-ip", nowMs: now,
+                                   "refused \(address): server.max_clients_per_ip (\(perIP)) reached for \(ip)",
+                                   ["CLIENT_ADDR": address, "REASON": "max_clients_per_ip"])
+                continue
+            }
             _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
             let dialect = listeners[index].dialect
             if dialect == .json { Socket.enableKeepalive(fd, idleMs: config.json.tcpKeepaliveMs) }
@@ -271,6 +280,7 @@ public final class Server {
                 table.remove(id)
                 continue
             }
+            resetRateLimits(id, now: now)
             relay.connect(id)
             if dialect == .json { jsonLiveness.track(id, nowMs: now) } else { liveness.track(id, nowMs: now) }
             logger.debug("client connected", ["CLIENT_ADDR": address, "ROOM": config.server.defaultRoom])
@@ -370,6 +380,10 @@ public final class Server {
                 offset += size
                 framesIn &+= 1
                 liveness.touch(id, nowMs: now)
+                guard withinRateLimits(id, bytes: size, now: now) else {
+                    guard table.slots[id]!.state == .open else { return bytes.count }
+                    continue
+                }
                 let event = relay.receive(from: id, type: type, frame: frame, sink: table)
                 if case .rejected = event { handleRejected(id, event, type: type, now: now) }
                 else if logger.enabled(.debug) { logRelayEvent(id, event) }
@@ -377,6 +391,31 @@ public final class Server {
             }
         }
         return offset
+    }
+
+    /// Takes one frame of `bytes` (header included) from the connection's
+    /// token buckets. A frame over `frames_per_second` or `bytes_per_second`
+    /// is dropped and counts as a violation.
+    private func withinRateLimits(_ id: Int, bytes: Int, now: UInt64) -> Bool {
+        var exceeded: String?
+        if table.slots[id]!.frameBucket != nil, !table.slots[id]!.frameBucket!.take(1, nowMs: now) {
+            exceeded = "limits.frames_per_second (\(config.limits.framesPerSecond))"
+        } else if table.slots[id]!.byteBucket != nil, !table.slots[id]!.byteBucket!.take(bytes, nowMs: now) {
+            exceeded = "limits.bytes_per_second (\(formatSize(config.limits.bytesPerSecond)))"
+        }
+        guard let exceeded else { return true }
+        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)"), type: nil, now: now)
+        return false
+    }
+
+    /// Fresh token buckets with the current `[limits]` rates (on accept, and
+    /// for everyone on reload).
+    private func resetRateLimits(_ id: Int, now: UInt64) {
+        let l = config.limits
+        table.slots[id]!.frameBucket = l.framesPerSecond > 0
+            ? TokenBucket(rate: l.framesPerSecond, burst: l.framesBurst > 0 ? l.framesBurst : l.framesPerSecond, nowMs: now) : nil
+        table.slots[id]!.byteBucket = l.bytesPerSecond > 0
+            ? TokenBucket(rate: l.bytesPerSecond, burst: l.bytesBurst > 0 ? l.bytesBurst : l.bytesPerSecond, nowMs: now) : nil
     }
 
     /// A header claimed more than the limit: the stream cannot be trusted any
@@ -408,7 +447,9 @@ public final class Server {
                 offset += JSONFrameCodec.headerSize + length
                 framesIn &+= 1
                 jsonLiveness.touch(id, nowMs: now)
-                handleJSONCommand(id, body, now: now)
+                if withinRateLimits(id, bytes: JSONFrameCodec.headerSize + length, now: now) {
+                    handleJSONCommand(id, body, now: now)
+                }
                 guard table.slots[id]!.state == .open else { return bytes.count }
             }
         }
@@ -736,12 +777,17 @@ public final class Server {
             applied.log.target = config.log.target
         }
         let now = clock()
+        let old = config
         config = applied
         relay.reconfigure(RelaySettings(applied))
         table.relaySettings = relay.settings
         liveness.reconfigure(timeoutMs: applied.heartbeat.timeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         jsonLiveness.reconfigure(timeoutMs: applied.json.heartbeatTimeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         table.outputHardBytes = applied.limits.outputHardBytes
+        table.countPerIP = applied.server.maxClientsPerIP > 0
+        if applied.limits != old.limits {
+            for id in table.slots.indices where table.slots[id] != nil { resetRateLimits(id, now: now) }
+        }
         logger.level = applied.log.level
         scheduleStats(now: now)
         logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])

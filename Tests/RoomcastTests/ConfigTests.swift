@@ -166,7 +166,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 23)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 28)
     }
 
     @Test func everyKeyParsed() throws {
@@ -175,6 +175,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             listen = 127.0.0.1:0
             max_clients = 5
             default_room = hall # not a comment
+            max_clients_per_ip = 7
             [protocol]
             byte_order = big
             max_frame_bytes = 1M
@@ -191,6 +192,10 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             output_soft_bytes = 1M
             output_soft_seconds = 2
             output_hard_bytes = 2M
+            frames_per_second = 50
+            frames_burst = 100
+            bytes_per_second = 1M
+            bytes_burst = 2M
             [log]
             level = debug
             target = journal
@@ -205,11 +210,12 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         let c = try Config.parse(text, file: "t")
         let expected = Config(
             server: .init(listen: [ListenAddress(host: "127.0.0.1", port: 0, isIPv6: false)],
-                          maxClients: 5, defaultRoom: "hall # not a comment"),
+                          maxClients: 5, defaultRoom: "hall # not a comment", maxClientsPerIP: 7),
             protocol: .init(byteOrder: .big, maxFrameBytes: 1 << 20, joinType: 3, leaveType: 4,
                             heartbeatType: 1, echo: false, validate: false, maxViolations: 10),
             heartbeat: .init(timeoutMs: 90_000, tickMs: 250),
-            limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20),
+            limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20,
+                          framesPerSecond: 50, framesBurst: 100, bytesPerSecond: 1 << 20, bytesBurst: 2 << 20),
             log: .init(level: .debug, target: .journal, statsIntervalMs: 0),
             json: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9899, isIPv6: false),
                                  ListenAddress(host: "::1", port: 9899, isIPv6: true)],
@@ -335,6 +341,10 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[json]\ntcp_keepalive = 1500ms", 2, "json.tcp_keepalive must be whole seconds"),
         ("[json]\ntcp_keepalive = 3h", 2, "out of range"),
         ("[json]\nmax_frame_bytes = 5M", 2, "at least json.max_frame_bytes + 4"),
+        ("[limits]\nbytes_per_second = 1K", 2, "it must hold one frame of max_frame_bytes (65542 with its header)"),
+        ("[limits]\nbytes_per_second = 1M\nbytes_burst = 64K", 3, "limits.bytes_burst (or bytes_per_second when the burst is 0) is 64K"),
+        ("[limits]\nframes_per_second = -1", 2, "is not a non-negative integer"),
+        ("[server]\nmax_clients_per_ip = 2000000", 2, "out of range"),
         // the first error wins
         ("[log]\nlevel = loud\nlevel = quiet", 2, "'loud'"),
     ] as [(String, Int, String)])

@@ -327,8 +327,8 @@ final class Daemon {
     /// A new client connection. With `awaitAccept` it returns only once the
     /// daemon logged `client connected` for it (so it is in the default room
     /// before anybody sends); that needs `log.level = debug`, the default here.
-    func connect(receiveBuffer: Int? = nil, awaitAccept: Bool = true) throws -> TestClient {
-        let client = try TestClient(host: host, port: port, receiveBuffer: receiveBuffer, owner: self)
+    func connect(receiveBuffer: Int? = nil, sourceIP: String? = nil, awaitAccept: Bool = true) throws -> TestClient {
+        let client = try TestClient(host: host, port: port, receiveBuffer: receiveBuffer, sourceIP: sourceIP, owner: self)
         if awaitAccept && !stderr.wait(for: "client connected CLIENT_ADDR=\(client.address) ") {
             throw HarnessError("roomcastd did not log accepting \(client.address); stderr:\n\(stderr.current)")
         }

@@ -112,8 +112,10 @@ final class TestClient {
     ///     and a 536-byte TCP_MAXSEG so the daemon's kernel send buffer (which
     ///     loopback's 64 KiB segments would autotune to megabytes) stays
     ///     small and the backlog builds up in the daemon's output queue.
+    ///   - sourceIP: a local address to connect from (e.g. `127.0.0.2`, any of
+    ///     127.0.0.0/8 works on loopback), to look like another host.
     ///   - owner: kept alive with the client (its `Daemon`).
-    init(host: String, port: UInt16, receiveBuffer: Int? = nil, owner: AnyObject? = nil) throws {
+    init(host: String, port: UInt16, receiveBuffer: Int? = nil, sourceIP: String? = nil, owner: AnyObject? = nil) throws {
         self.owner = owner
         let family: Int32 = host.contains(":") ? AF_INET6 : AF_INET
         let fd = socket(family, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
@@ -122,6 +124,13 @@ final class TestClient {
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
             var segment: Int32 = 536
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_MAXSEG, &segment, socklen_t(MemoryLayout<Int32>.size))
+        }
+        if let sourceIP {
+            let b = try withSocketAddress(host: sourceIP, port: 0) { _, sa, len in bind(fd, sa, len) }
+            guard b == 0 else {
+                close(fd)
+                throw HarnessError("bind to \(sourceIP): \(errnoText())")
+            }
         }
         let r = try withSocketAddress(host: host, port: port) { _, sa, len in connect(fd, sa, len) }
         guard r == 0 else {
