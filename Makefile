@@ -4,8 +4,11 @@
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
 #   make test         install missing Debian deps, build, run every test, check the unit files
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
+#   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
+#                     and checks install, socket activation, status, journal, reload,
+#                     watchdog, stop and the units (systemd/test-systemd.py); needs root
 #
-# Paths: the binary goes to $(BINDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
+# Paths: the binary goes to $(BINDIR), the man pages to $(MANDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
 # /usr/local/lib/systemd/system is on systemd's unit search path, and /etc/systemd/system
 # stays free for the operator's overrides), the config to $(SYSCONFDIR)/roomcast.
 # DESTDIR is prepended to all of them, for staging and packaging.
@@ -15,18 +18,29 @@ DESTDIR    ?=
 BINDIR     ?= $(PREFIX)/bin
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
+MANDIR     ?= $(PREFIX)/share/man
 
 SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
-# (with PyPI protobuf) for the proto2 compatibility tests.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3
+# (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
+# pages.
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc
+# Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
+DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
+
+# The man pages: scdoc sources in man/, troff built into .build/man.
+MAN_PAGES := roomcastd.8 roomcastd.conf.5
+MAN_OUT   := $(addprefix .build/man/,$(MAN_PAGES))
+# test-systemd: the cached Debian root (made once) and the install staged for the container.
+SYSTEMD_ROOT  := .build/systemd-root
+SYSTEMD_STAGE := .build/systemd-stage
 
 SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps run test check-units check-config static install uninstall clean
+.PHONY: all build deps deps-systemd run test test-systemd check-units check-man check-config man static install uninstall clean
 
 all: build
 
@@ -38,7 +52,9 @@ deps:
 	@if ! pkg-config --exists libsystemd 2>/dev/null \
 	    || ! command -v systemd-socket-activate >/dev/null \
 	    || ! command -v systemd-analyze >/dev/null \
-	    || ! command -v python3 >/dev/null; then \
+	    || ! command -v python3 >/dev/null \
+	    || ! command -v scdoc >/dev/null \
+	    || ! command -v mandoc >/dev/null; then \
 	    echo "deps: installing $(DEB_PACKAGES)"; \
 	    $(SUDO) apt-get update -q; \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES); \
@@ -53,6 +69,13 @@ deps:
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages protobuf; \
 	fi
 
+deps-systemd: deps
+	@if ! command -v systemd-nspawn >/dev/null || ! command -v debootstrap >/dev/null; then \
+	    echo "deps-systemd: installing $(DEB_PACKAGES_SYSTEMD)"; \
+	    $(SUDO) apt-get update -q; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_SYSTEMD); \
+	fi
+
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
 # it before deps are in place.
 run: deps
@@ -64,21 +87,53 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test
 	systemd/check-units.sh
+	$(MAKE) --no-print-directory check-man
 
 check-units:
 	systemd/check-units.sh
 
-check-config: build
-	.build/release/roomcastd --check-config --config config/roomcastd.conf
+# Under a real systemd 252 (root, as CI runs): the install goes into a staging folder that
+# the container mounts at /usr/local and /etc/roomcast; the Debian root is made once and
+# cached; systemd/sandbox boots it, runs the suite and tears everything down.
+test-systemd: deps-systemd
+	rm -rf $(SYSTEMD_STAGE)
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(SYSTEMD_STAGE) PREFIX=/usr/local SYSCONFDIR=/etc
+	systemd/prepare-root $(SYSTEMD_ROOT)
+	systemd/sandbox $(SYSTEMD_ROOT) \
+	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/usr/local:/usr/local \
+	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/etc/roomcast:/etc/roomcast \
+	    -- python3 systemd/test-systemd.py --stage $(CURDIR)/$(SYSTEMD_STAGE)
+
+man: $(MAN_OUT)
+
+.build/man/%: man/%.scd
+	@mkdir -p .build/man
+	scdoc < $< > $@.tmp
+	mv $@.tmp $@
+
+# Two linters, and any message fails: mandoc at warning level, except the redundant
+# paragraph macros (.P after .SH, empty .P) that scdoc emits everywhere; and groff's
+# warnings through man(1).
+check-man: man
+	@out=$$(mandoc -T lint -W warning $(MAN_OUT) 2>&1 \
+	        | grep -Ev 'skipping paragraph macro: PP (after SH|empty)$$' || true); \
+	for page in $(MAN_OUT); do \
+	    out+=$$(MANWIDTH=80 man --warnings -E UTF-8 -l $$page 2>&1 >/dev/null); \
+	done; \
+	if [ -n "$$out" ]; then echo "$$out" >&2; exit 1; fi; \
+	echo "check-man: mandoc -T lint and man --warnings: clean ($(MAN_PAGES))"
 
 # The installed binary carries the Swift runtime, so the unit needs nothing from the
 # toolchain. Its own build path keeps it from relinking the dynamic .build/release one.
 static:
 	$(SWIFT) build -c release --static-swift-stdlib --build-path .build-static
 
-install: static
-	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast"
+install: static man
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast" \
+	           "$(DESTDIR)$(MANDIR)/man8" "$(DESTDIR)$(MANDIR)/man5"
 	install -m 0755 .build-static/release/roomcastd "$(DESTDIR)$(BINDIR)/roomcastd"
+	install -m 0644 .build/man/roomcastd.8 "$(DESTDIR)$(MANDIR)/man8/roomcastd.8"
+	install -m 0644 .build/man/roomcastd.conf.5 "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
 	systemd/render "$(BINDIR)" "$(SYSCONFDIR)" "$(DESTDIR)$(UNITDIR)"
 	@# Never overwrite an operator's config. 0644: the service's dynamic user must read it.
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf" ]; then \
@@ -92,7 +147,10 @@ install: static
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/roomcastd" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.service" \
-	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket"
+	      "$(DESTDIR)$(UNITDIR)/roomcastd-standalone.service" \
+	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket" \
+	      "$(DESTDIR)$(MANDIR)/man8/roomcastd.8" \
+	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
 clean:
