@@ -149,6 +149,7 @@ uninstall:
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.service" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd-standalone.service" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket" \
+	      "$(DESTDIR)$(UNITDIR)/roomcastd-json.socket" \
 	      "$(DESTDIR)$(MANDIR)/man8/roomcastd.8" \
 	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"

@@ -275,14 +275,14 @@ def test_status(t):
             bool(status) and "clients" in status[0] and "rooms" in status[0], str(status))
     print(f"        {status[0] if status else '(no Status: line)'}")
     # STATUS= is refreshed every 2 s.
-    first = eventually(lambda: status_text().startswith("1 clients"), timeout=6)
+    first = eventually(lambda: status_text().startswith("1 client,"), timeout=6)
     t.check("StatusText counts 1 client", first, status_text())
     b, c = Client(State.port), Client(State.port)
     three = eventually(lambda: status_text().startswith("3 clients"), timeout=6)
     t.check("StatusText rises to 3 clients as two connect", three, status_text())
     b.close()
     c.close()
-    back = eventually(lambda: status_text().startswith("1 clients"), timeout=6)
+    back = eventually(lambda: status_text().startswith("1 client,"), timeout=6)
     t.check("StatusText falls back to 1 client as they leave", back, status_text())
     print(f"        StatusText={status_text()}")
 

@@ -81,6 +81,7 @@ public final class Server {
     private var framesIn: UInt64 = 0
     private var evictions: UInt64 = 0
     private var lastStatus = (ms: UInt64(0), framesIn: UInt64(0), deliveries: UInt64(0))
+    private var statusClients = 0
     private var lastStats = (ms: UInt64(0), framesIn: UInt64(0), deliveries: UInt64(0), evictions: UInt64(0))
 
     /// - Parameters:
@@ -181,6 +182,7 @@ public final class Server {
         var deadline = nextStatusMs
         deadline = min(deadline, nextWatchdogMs, nextStatsMs)
         if let resume = acceptPausedUntil { deadline = min(deadline, resume) }
+        if table.count != statusClients { deadline = min(deadline, lastStatus.ms + 1_000) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
         if !overSoft.isEmpty || !draining.isEmpty { deadline = min(deadline, now + config.heartbeat.tickMs) }
         var ms = deadline > now ? deadline - now : 0
@@ -675,7 +677,9 @@ public final class Server {
             systemd.notify("WATCHDOG=1")
             nextWatchdogMs = now + watchdogIntervalMs
         }
-        if now >= nextStatusMs {
+        // STATUS= every statusIntervalMs, and at most once a second sooner when
+        // the number of clients changed, so `systemctl status` is never stale.
+        if now >= nextStatusMs || (table.count != statusClients && now >= lastStatus.ms + 1_000) {
             systemd.notify("STATUS=" + statusLine(now: now))
             nextStatusMs = now + Self.statusIntervalMs
         }
@@ -706,10 +710,13 @@ public final class Server {
         let inRate = Double(framesIn &- lastStatus.framesIn) / seconds
         let outRate = Double(table.deliveries &- lastStatus.deliveries) / seconds
         lastStatus = (now, framesIn, table.deliveries)
-        if stopping { return "Stopping: flushing \(table.count) clients" }
-        return "\(table.count) clients, \(relay.roomCount) rooms, \(Int(inRate.rounded())) frames/s in, "
+        statusClients = table.count
+        if stopping { return "Stopping: flushing \(plural(table.count, "client"))" }
+        return "\(plural(table.count, "client")), \(plural(relay.roomCount, "room")), \(Int(inRate.rounded())) frames/s in, "
             + "\(Int(outRate.rounded())) frames/s out, \(evictions) evicted"
     }
+
+    private func plural(_ n: Int, _ noun: String) -> String { n == 1 ? "1 \(noun)" : "\(n) \(noun)s" }
 
     private func scheduleStats(now: UInt64) {
         let interval = config.log.statsIntervalMs
@@ -801,8 +808,8 @@ public final class Server {
         stopping = true
         let now = clock()
         stopDeadlineMs = now + Self.drainTimeoutMs
-        systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(table.count) clients")
-        logger.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"), stopping: flushing \(table.count) clients")
+        systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client"))")
+        logger.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"), stopping: flushing \(plural(table.count, "client"))")
         for i in listeners.indices {
             if listeners[i].registered { selector.deregister(listeners[i].fd) }
             Sys.close(listeners[i].fd)

@@ -13,7 +13,7 @@ struct LifecycleIntegrationTests {
         // Connecting right after READY=1 must succeed: `connect` also waits
         // for the daemon to log the accept.
         let client = try d.connect()
-        #expect(ready.value("STATUS")?.contains("clients") == true, "READY=1 carries STATUS=: \(ready.lines)")
+        #expect(ready.value("STATUS")?.contains("0 clients") == true, "READY=1 carries STATUS=: \(ready.lines)")
         #expect(d.stderr.line(with: ["watchdog enabled", "200ms"]) != nil)
 
         let windowStart = monotonicMs()
@@ -24,9 +24,17 @@ struct LifecycleIntegrationTests {
         #expect(gaps.allSatisfy { $0 <= 400 }, "gaps between pings (ms): \(gaps)")
 
         // STATUS= is refreshed with live figures (every 2 s).
-        let status = d.notify.wait(from: ready.index + 1, timeout: .seconds(3)) { $0.hasPrefix("STATUS=1 clients") }
+        let status = d.notify.wait(from: ready.index + 1, timeout: .seconds(3)) { $0.hasPrefix("STATUS=1 client,") }
         #expect(status != nil, "no STATUS= refresh counting the connected client; got \(d.notify.all.map(\.lines))")
         client.expectOpen()
+        // A change in the number of clients is reported within about a second,
+        // sooner than the periodic refresh.
+        let second = try d.connect()
+        let since = d.notify.all.count
+        let start = monotonicMs()
+        let two = d.notify.wait(from: since, timeout: .seconds(3)) { $0.hasPrefix("STATUS=2 clients,") }
+        #expect(two != nil && monotonicMs() - start <= 1_500, "STATUS=2 clients after \(monotonicMs() - start) ms")
+        second.expectOpen()
     }
 
     @Test("SIGTERM/SIGINT: STOPPING=1, clients see EOF, exit status 0", arguments: [SIGTERM, SIGINT])
