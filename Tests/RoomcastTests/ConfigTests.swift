@@ -6,11 +6,14 @@ import Glibc
 
 /// config/roomcastd.conf in the source tree (the source tree, not the build
 /// dir, so #filePath is right here).
-private let shippedConfPath: String = {
+/// The repository's root folder.
+private let repositoryRoot: String = {
     var parts = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false)
     parts.removeLast(3)  // ConfigTests.swift, RoomcastTests, Tests
-    return parts.joined(separator: "/") + "/config/roomcastd.conf"
+    return parts.joined(separator: "/")
 }()
+
+private let shippedConfPath = repositoryRoot + "/config/roomcastd.conf"
 
 private func parseError(_ text: String) -> ConfigError? {
     do {
@@ -167,6 +170,20 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log"])
         #expect(found == Config.knownKeys)
         #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 28)
+    }
+
+    /// The operator's documentation names every key: the README's table and
+    /// roomcastd.conf(5) cannot fall behind the parser.
+    @Test(arguments: ["README.md", "man/roomcastd.conf.5.scd"])
+    func documentationNamesEveryKey(file: String) throws {
+        let bytes = try #require(readAll(repositoryRoot + "/" + file))
+        let text = String(decoding: bytes, as: UTF8.self)
+        for section in Config.sectionOrder {
+            #expect(text.contains("[\(section)]"), "\(file) has no [\(section)]")
+            for key in Config.knownKeys[section]! {
+                #expect(text.contains(file.hasSuffix(".md") ? "`\(key)`" : "*\(key) =*"), "\(file) does not document \(section).\(key)")
+            }
+        }
     }
 
     @Test func everyKeyParsed() throws {
