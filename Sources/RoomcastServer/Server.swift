@@ -30,6 +30,8 @@ public final class Server {
     static let readsPerWakeup = 4
     /// Time allowed to flush owed output after EOF or on stop, in ms.
     static let drainTimeoutMs: UInt64 = 5_000
+    /// Output buffer capacity a drained connection keeps, in bytes.
+    static let retainedOutputBytes = 16 * 1024
     /// Retry delay while accepting is paused for lack of descriptors, in ms.
     static let acceptRetryMs: UInt64 = 100
     /// How often STATUS= is refreshed, in ms.
@@ -198,8 +200,8 @@ public final class Server {
         switch Kind(rawValue: token >> 60) {
         case .connection:
             // Drop events for a slot that was reused (STYLE.md habit 2).
-            guard index < table.slots.count, let c = table.slots[index],
-                  UInt64(c.generation & 0x0FFF_FFFF) == (token >> 32) & 0x0FFF_FFFF else { return }
+            guard index < table.slots.count, let generation = table.slots[index]?.generation,
+                  UInt64(generation & 0x0FFF_FFFF) == (token >> 32) & 0x0FFF_FFFF else { return }
             connectionReady(index, readiness)
         case .listener:
             acceptConnections(index)
@@ -576,7 +578,9 @@ public final class Server {
         }
         let pending = output.count - start
         if pending == 0 {
-            output = []
+            // Keep a small buffer for the next iteration (no malloc per
+            // broadcast in steady state); give large ones back.
+            output.removeAll(keepingCapacity: output.capacity <= Self.retainedOutputBytes)
             start = 0
         } else if start >= 64 * 1024 && start * 2 >= output.count {
             output.removeSubrange(0..<start)
