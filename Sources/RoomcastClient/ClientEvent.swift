@@ -25,7 +25,7 @@ public enum ClientStatus: Equatable, Sendable {
     case connecting(server: String, attempt: Int)
     /// The TCP connection is up; `address` is the socket address used.
     case connected(address: String)
-    /// The join frame for `user` went out on this connection (first join).
+    /// The join frame for `user` went out (after a `join` call).
     case joined(UserInfo)
     /// After a reconnect, the client joined again as `user` (same room).
     case rejoined(UserInfo)

@@ -121,7 +121,7 @@ public final class RoomcastClient {
         self.user = user
         isJoined = true
         joinSentThisConnection = false
-        if state == .connected { sendJoin() }
+        if state == .connected { sendJoin(rejoin: false) }
     }
 
     /// Leaves the room (PROTOCOL.md §4: the connection stays open, receives
@@ -249,13 +249,13 @@ public final class RoomcastClient {
         let gen = generation
         onStatus(.connected(address: connectedAddress))
         guard gen == generation, state == .connected else { return }
-        if isJoined && !joinSentThisConnection { sendJoin() }
+        // A join sent on an earlier connection makes this an automatic rejoin.
+        if isJoined && !joinSentThisConnection { sendJoin(rejoin: joinSentEver) }
     }
 
-    private func sendJoin() {
+    private func sendJoin(rejoin: Bool) {
         guard let user else { return }
         joinSentThisConnection = true
-        let rejoin = joinSentEver
         joinSentEver = true
         do {
             try enqueue(type: configuration.types.join, body: user.serialized())
