@@ -112,10 +112,11 @@ final class RoomcastCommand {
     let stderrURL = temporaryURL("stderr")
     let input = Pipe()
 
-    init(_ arguments: [String]) throws {
+    /// Starts `executable` (default: the built roomcast) with `arguments`.
+    init(_ arguments: [String], executable: URL = productsDirectory.appendingPathComponent("roomcast")) throws {
         _ = FileManager.default.createFile(atPath: stdoutURL.path, contents: nil)
         _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
-        process.executableURL = productsDirectory.appendingPathComponent("roomcast")
+        process.executableURL = executable
         process.arguments = arguments
         process.standardOutput = try FileHandle(forWritingTo: stdoutURL)
         process.standardError = try FileHandle(forWritingTo: stderrURL)
@@ -139,7 +140,7 @@ final class RoomcastCommand {
         if !waitFor(seconds, { !process.isRunning }) {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
-            throw TestFailure("roomcast \(process.arguments ?? []) did not exit within \(seconds) s; stderr: \(stderr)")
+            throw TestFailure("\(process.executableURL?.lastPathComponent ?? "?") \(process.arguments ?? []) did not exit within \(seconds) s; stderr: \(stderr)")
         }
         process.waitUntilExit()
         return CommandResult(status: process.terminationStatus, stdout: stdout, stderr: stderr)
