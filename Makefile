@@ -5,7 +5,7 @@
 #   make test         install missing Debian deps, build, run every test, check the unit files
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #
-# Paths: the binary goes to $(BINDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
+# Paths: the binaries (roomcastd, and the roomcast client) go to $(BINDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
 # /usr/local/lib/systemd/system is on systemd's unit search path, and /etc/systemd/system
 # stays free for the operator's overrides), the config to $(SYSCONFDIR)/roomcast.
 # DESTDIR is prepended to all of them, for staging and packaging.
@@ -79,6 +79,7 @@ static:
 install: static
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast"
 	install -m 0755 .build-static/release/roomcastd "$(DESTDIR)$(BINDIR)/roomcastd"
+	install -m 0755 .build-static/release/roomcast "$(DESTDIR)$(BINDIR)/roomcast"
 	systemd/render "$(BINDIR)" "$(SYSCONFDIR)" "$(DESTDIR)$(UNITDIR)"
 	@# Never overwrite an operator's config. 0644: the service's dynamic user must read it.
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf" ]; then \
@@ -90,7 +91,7 @@ install: static
 
 # Leaves the config in place: it may hold the operator's edits.
 uninstall:
-	rm -f "$(DESTDIR)$(BINDIR)/roomcastd" \
+	rm -f "$(DESTDIR)$(BINDIR)/roomcastd" "$(DESTDIR)$(BINDIR)/roomcast" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.service" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
