@@ -1,11 +1,17 @@
 /// Frame types of the messages the client sends and decodes (PROTOCOL.md §2).
 /// The control codes are configurable per daemon listener, so they are here too.
 public struct MessageTypes: Equatable, Sendable {
+    /// Join, body `UserInfo` (default 0; the daemon's `join_type`).
     public var join: UInt16 = 0
+    /// Leave, body `UserInfo` (default 1; the daemon's `leave_type`).
     public var leave: UInt16 = 1
+    /// Text, body `ChatMessage` (2).
     public var text: UInt16 = 2
+    /// Gift, body `GiftMessage` (3).
     public var gift: UInt16 = 3
+    /// Heartbeat, body ignored, never relayed (default 8; the daemon's `heartbeat_type`).
     public var heartbeat: UInt16 = 8
+    /// Seed 000's codes, roomcastd's defaults.
     public init() {}
 }
 
@@ -29,6 +35,7 @@ public struct ReconnectPolicy: Equatable, Sendable {
     /// A connection that lasted this long, in ms, resets the backoff (default 60 000).
     public var stableAfterMs: UInt64 = 60_000
 
+    /// Backoff from 0.5 s to 30 s, reset after a stable minute; retries the first connect too.
     public init() {}
 
     /// No reconnection at all: a drop or a failed connect closes the client.
@@ -71,6 +78,7 @@ public struct ClientConfiguration: Sendable {
     /// Frame types (PROTOCOL.md §2).
     public var types = MessageTypes()
 
+    /// The defaults above, for the daemon at `server`.
     public init(server: ServerAddress = .default) {
         self.server = server
     }

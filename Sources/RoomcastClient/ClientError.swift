@@ -25,6 +25,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
 
     init(_ error: SystemError) { self = .system(call: error.call, errno: error.errno) }
 
+    /// One line for a person, without a trailing newline.
     public var description: String {
         switch self {
         case .resolve(let host, let message): "cannot resolve \(host): \(message)"

@@ -3,7 +3,9 @@ import RoomcastServer
 
 /// Readiness of a watched descriptor, as handed to a watch handler.
 public struct IOReadiness: OptionSet, Sendable {
+    /// Bit 0 readable, bit 1 writable, bit 2 hangup.
     public let rawValue: UInt8
+    /// A set from its bits (see `rawValue`).
     public init(rawValue: UInt8) { self.rawValue = rawValue }
     /// Bytes (or EOF) can be read without blocking.
     public static let readable = IOReadiness(rawValue: 1)

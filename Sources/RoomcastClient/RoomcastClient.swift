@@ -35,6 +35,7 @@ public final class RoomcastClient {
         case closed
     }
 
+    /// The settings given at creation; fixed for the client's life.
     public let configuration: ClientConfiguration
     /// The current state.
     public private(set) var state: State = .idle
@@ -96,6 +97,7 @@ public final class RoomcastClient {
     }
 
     deinit {
+        if let watchID { loop.unwatch(watchID) }
         if fd >= 0 { Sys.close(fd) }
     }
 
@@ -158,17 +160,25 @@ public final class RoomcastClient {
         try enqueue(type: type, body: body)
     }
 
-    /// Writes what is queued, then closes (status `.closed`). Queued-but-unsent
-    /// frames are only lost if the connection fails meanwhile.
-    public func finish() {
-        switch state {
-        case .connected where pendingOutputBytes > 0:
-            state = .finishing
-        case .finishing:
-            break
-        default:
-            close()
+    /// Ends the connection gracefully: writes what is queued, shuts down the
+    /// sending side, and closes when the daemon closes its side (it does after
+    /// reading everything before our FIN, so every frame sent was processed),
+    /// or after `timeoutMs` (default 2 000) at the latest. Events that arrive
+    /// meanwhile are still delivered. Then status `.closed`. When not
+    /// connected, the same as `close()`.
+    public func finish(timeoutMs: UInt64 = 2_000) {
+        guard state == .connected else {
+            if state != .finishing { close() }
+            return
         }
+        state = .finishing
+        if let t = heartbeatTimer { loop.cancel(t); heartbeatTimer = nil }
+        let gen = generation
+        loop.schedule(afterMs: timeoutMs) { [weak self] in
+            guard let self, self.generation == gen, self.state == .finishing else { return }
+            self.close()
+        }
+        if pendingOutputBytes == 0 { shutdownWrite() }
     }
 
     /// Closes at once, dropping queued output, and stops reconnecting. Status `.closed`.
@@ -301,10 +311,10 @@ public final class RoomcastClient {
             case .wouldBlock:
                 return
             case .endOfFile:
-                connectionEnded(.closedByPeer)
+                if state == .finishing { close() } else { connectionEnded(.closedByPeer) }
                 return
             case .failed(let e):
-                connectionEnded(.system(call: "read", errno: e))
+                if state == .finishing { close() } else { connectionEnded(.system(call: "read", errno: e)) }
                 return
             }
         }
@@ -378,13 +388,12 @@ public final class RoomcastClient {
         output.removeAll(keepingCapacity: output.capacity <= 1 << 20)
         outputStart = 0
         if writeArmed { writeArmed = false; updateInterest() }
-        if state == .finishing {
-            let gen = generation
-            loop.schedule(afterMs: 0) { [weak self] in
-                guard let self, self.generation == gen, self.state == .finishing else { return }
-                self.close()
-            }
-        }
+        if state == .finishing { shutdownWrite() }
+    }
+
+    /// FIN after the last queued byte; a reset peer shows up as EOF or an error on read.
+    private func shutdownWrite() {
+        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
     }
 
     private func failLater(_ error: ClientError) {

@@ -8,6 +8,7 @@ public struct ServerAddress: Equatable, Hashable, Sendable, CustomStringConverti
     /// TCP port.
     public var port: UInt16
 
+    /// An address as is (no validation; a bad host fails at connect time with `ClientError.resolve`).
     public init(host: String, port: UInt16) {
         self.host = host
         self.port = port
