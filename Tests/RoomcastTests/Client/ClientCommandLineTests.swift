@@ -140,6 +140,16 @@ private func jsonObjects(_ text: String) throws -> [[String: Any]] {
         #expect(result.stderr == "roomcast: rejected: the daemon closed the connection before relaying the message\n")
     }
 
+    @Test func byteOrderMustMatchTheDaemon() throws {
+        let daemon = try TestDaemon(config: "[protocol]\nbyte_order = big\n")
+        let big = try roomcast(["send", "--server", daemon.address, "--byte-order", "big", "--name", "a", "text", "x"])
+        #expect(big.status == 0, "\(big.stderr)")
+        // Little-endian headers read as big-endian claim a body of gigabytes: the daemon closes.
+        let little = try roomcast(["send", "--server", daemon.address, "--name", "a", "text", "x"])
+        #expect(little.status == 1)
+        #expect(little.stderr.hasPrefix("roomcast: rejected:"), "\(little.stderr)")
+    }
+
     @Test func pythonProtobufClientAndRoomcastChatBothWays() throws {
         let daemon = try TestDaemon()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
