@@ -8,7 +8,8 @@
 #                     and checks install, socket activation, status, journal, reload,
 #                     watchdog, stop and the units (systemd/test-systemd.py); needs root
 #
-# Paths: the binary goes to $(BINDIR), the man pages to $(MANDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
+# Paths: the binaries (roomcastd, and the roomcast client) go to $(BINDIR), the man pages to $(MANDIR),
+# the units to $(UNITDIR) (PREFIX/lib/systemd/system:
 # /usr/local/lib/systemd/system is on systemd's unit search path, and /etc/systemd/system
 # stays free for the operator's overrides), the config to $(SYSCONFDIR)/roomcast.
 # DESTDIR is prepended to all of them, for staging and packaging.
@@ -132,6 +133,7 @@ install: static man
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast" \
 	           "$(DESTDIR)$(MANDIR)/man8" "$(DESTDIR)$(MANDIR)/man5"
 	install -m 0755 .build-static/release/roomcastd "$(DESTDIR)$(BINDIR)/roomcastd"
+	install -m 0755 .build-static/release/roomcast "$(DESTDIR)$(BINDIR)/roomcast"
 	install -m 0644 .build/man/roomcastd.8 "$(DESTDIR)$(MANDIR)/man8/roomcastd.8"
 	install -m 0644 .build/man/roomcastd.conf.5 "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
 	systemd/render "$(BINDIR)" "$(SYSCONFDIR)" "$(DESTDIR)$(UNITDIR)"
@@ -145,7 +147,7 @@ install: static man
 
 # Leaves the config in place: it may hold the operator's edits.
 uninstall:
-	rm -f "$(DESTDIR)$(BINDIR)/roomcastd" \
+	rm -f "$(DESTDIR)$(BINDIR)/roomcastd" "$(DESTDIR)$(BINDIR)/roomcast" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.service" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd-standalone.service" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket" \

@@ -6,7 +6,9 @@ let package = Package(
     name: "roomcast",
     products: [
         .executable(name: "roomcastd", targets: ["roomcastd"]),
+        .executable(name: "roomcast", targets: ["roomcast"]),
         .library(name: "RoomcastCore", targets: ["RoomcastCore"]),
+        .library(name: "RoomcastClient", targets: ["RoomcastClient"]),
     ],
     targets: [
         // Glibc's Swift overlay lacks epoll, signalfd, timerfd, eventfd, accept4
@@ -24,9 +26,15 @@ let package = Package(
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
+        // The client library: one event loop, reconnects, heartbeats. It reuses the
+        // daemon's epoll Selector and syscall helpers (package access) until those
+        // move to an I/O target of their own.
+        .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastServer", "CShim"]),
+        // The command-line client (chat, send, listen).
+        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
-            dependencies: ["RoomcastCore", "RoomcastServer", "roomcastd"],
+            dependencies: ["RoomcastCore", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast"],
             // Reference/proto_ref.py is run by the tests with python3, not bundled.
             exclude: ["Reference"]
         ),

@@ -3,24 +3,25 @@ import Glibc
 
 /// Readiness of a descriptor, translated from epoll bits. The selector knows
 /// nothing of what the descriptor is.
-struct Readiness: OptionSet {
-    let rawValue: UInt8
-    static let readable = Readiness(rawValue: 1)
-    static let writable = Readiness(rawValue: 2)
+package struct Readiness: OptionSet, Sendable {
+    package let rawValue: UInt8
+    package init(rawValue: UInt8) { self.rawValue = rawValue }
+    package static let readable = Readiness(rawValue: 1)
+    package static let writable = Readiness(rawValue: 2)
     /// EPOLLHUP or EPOLLERR: the descriptor should be read (to learn the error
     /// or EOF) and then closed.
-    static let hangup = Readiness(rawValue: 4)
+    package static let hangup = Readiness(rawValue: 4)
 }
 
 /// A level-triggered epoll(7) selector. Each registration carries a 64-bit
 /// token chosen by the caller (slot index plus a generation, so events for a
 /// descriptor closed and reused within one batch can be recognised as stale).
-final class Selector {
+package final class Selector {
     private let epfd: Int32
     private var events: [epoll_event]
 
     /// - Parameter capacity: events returned per `wait` at most.
-    init(capacity: Int = 512) throws(SystemError) {
+    package init(capacity: Int = 512) throws(SystemError) {
         epfd = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epfd >= 0 else { throw SystemError("epoll_create1", errno: errno) }
         events = Array(repeating: epoll_event(), count: capacity)
@@ -32,24 +33,24 @@ final class Selector {
         (readable ? EPOLLIN.rawValue : 0) | (writable ? EPOLLOUT.rawValue : 0)
     }
 
-    func register(_ fd: Int32, token: UInt64, readable: Bool = true, writable: Bool = false) throws(SystemError) {
+    package func register(_ fd: Int32, token: UInt64, readable: Bool = true, writable: Bool = false) throws(SystemError) {
         var ev = epoll_event(events: Self.mask(readable: readable, writable: writable), data: epoll_data_t(u64: token))
         guard epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 else { throw SystemError("epoll_ctl(ADD)", errno: errno) }
     }
 
-    func modify(_ fd: Int32, token: UInt64, readable: Bool, writable: Bool) throws(SystemError) {
+    package func modify(_ fd: Int32, token: UInt64, readable: Bool, writable: Bool) throws(SystemError) {
         var ev = epoll_event(events: Self.mask(readable: readable, writable: writable), data: epoll_data_t(u64: token))
         guard epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev) == 0 else { throw SystemError("epoll_ctl(MOD)", errno: errno) }
     }
 
-    func deregister(_ fd: Int32) {
+    package func deregister(_ fd: Int32) {
         var ev = epoll_event()
         _ = epoll_ctl(epfd, EPOLL_CTL_DEL, fd, &ev)
     }
 
     /// Waits up to `timeoutMs` (-1: forever) and calls `handler` for each ready
     /// registration. EINTR returns with no events.
-    func wait(timeoutMs: Int32, _ handler: (UInt64, Readiness) -> Void) throws(SystemError) {
+    package func wait(timeoutMs: Int32, _ handler: (UInt64, Readiness) -> Void) throws(SystemError) {
         let n = events.withUnsafeMutableBufferPointer { epoll_wait(epfd, $0.baseAddress, Int32($0.count), timeoutMs) }
         if n < 0 {
             if errno == EINTR { return }

@@ -10,7 +10,7 @@ public struct SystemError: Error, Equatable, CustomStringConvertible {
 }
 
 /// Outcome of a non-blocking read or write (memcached's small result enums).
-enum IOResult: Equatable {
+package enum IOResult: Equatable {
     /// `n` bytes were transferred (n > 0).
     case done(Int)
     /// EAGAIN: try again after the next readiness event.
@@ -23,8 +23,8 @@ enum IOResult: Equatable {
 
 /// Every syscall goes through these helpers: EINTR is retried, EAGAIN
 /// becomes `.wouldBlock`, errno is read immediately.
-enum Sys {
-    static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> IOResult {
+package enum Sys {
+    package static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> IOResult {
         while true {
             let n = Glibc.read(fd, buffer, count)
             if n > 0 { return .done(n) }
@@ -37,7 +37,7 @@ enum Sys {
     }
 
     /// send(2) with MSG_NOSIGNAL: a vanished peer gives EPIPE, never SIGPIPE.
-    static func send(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> IOResult {
+    package static func send(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> IOResult {
         while true {
             let n = Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL))
             if n >= 0 { return .done(n) }
@@ -48,12 +48,12 @@ enum Sys {
         }
     }
 
-    static func close(_ fd: Int32) {
+    package static func close(_ fd: Int32) {
         // close(2) must not be retried on EINTR on Linux: the fd is gone either way.
         _ = Glibc.close(fd)
     }
 
-    static func setNonBlocking(_ fd: Int32) throws(SystemError) {
+    package static func setNonBlocking(_ fd: Int32) throws(SystemError) {
         let flags = fcntl(fd, F_GETFL)
         guard flags >= 0 else { throw SystemError("fcntl(F_GETFL)", errno: Glibc.errno) }
         if flags & O_NONBLOCK == 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 {
@@ -61,20 +61,20 @@ enum Sys {
         }
     }
 
-    static func setOption(_ fd: Int32, _ level: Int32, _ name: Int32, _ value: Int32) -> Bool {
+    package static func setOption(_ fd: Int32, _ level: Int32, _ name: Int32, _ value: Int32) -> Bool {
         var v = value
         return setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size)) == 0
     }
 
     /// Milliseconds on CLOCK_MONOTONIC: the daemon's only clock.
-    static func monotonicMs() -> UInt64 {
+    package static func monotonicMs() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return UInt64(ts.tv_sec) &* 1000 &+ UInt64(ts.tv_nsec / 1_000_000)
     }
 
     /// Microseconds on CLOCK_MONOTONIC (for sd_notify's MONOTONIC_USEC).
-    static func monotonicUsec() -> UInt64 {
+    package static func monotonicUsec() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return UInt64(ts.tv_sec) &* 1_000_000 &+ UInt64(ts.tv_nsec / 1000)

@@ -1,0 +1,85 @@
+/// Frame types of the messages the client sends and decodes (PROTOCOL.md §2).
+/// The control codes are configurable per daemon listener, so they are here too.
+public struct MessageTypes: Equatable, Sendable {
+    /// Join, body `UserInfo` (default 0; the daemon's `join_type`).
+    public var join: UInt16 = 0
+    /// Leave, body `UserInfo` (default 1; the daemon's `leave_type`).
+    public var leave: UInt16 = 1
+    /// Text, body `ChatMessage` (2).
+    public var text: UInt16 = 2
+    /// Gift, body `GiftMessage` (3).
+    public var gift: UInt16 = 3
+    /// Heartbeat, body ignored, never relayed (default 8; the daemon's `heartbeat_type`).
+    public var heartbeat: UInt16 = 8
+    /// Seed 000's codes, roomcastd's defaults.
+    public init() {}
+}
+
+/// When and how often to reconnect after a drop: exponential backoff with
+/// jitter, like the seed phone clients (PROTOCOL.md §8).
+///
+/// Retry n (counting from 0) waits `min(maxDelayMs, initialDelayMs · 2^n)`
+/// scaled by a random factor in [0.5, 1] ("equal jitter"), so a daemon restart
+/// does not bring every client back in the same millisecond. The count goes
+/// back to 0 once a connection has lasted `stableAfterMs`.
+public struct ReconnectPolicy: Equatable, Sendable {
+    /// Reconnect after a connection that was established drops.
+    public var enabled = true
+    /// Also keep retrying when the very first connection attempt fails
+    /// (false: report `.closed` at once, e.g. for one-shot tools).
+    public var retryInitialConnect = true
+    /// First delay, in ms (default 500).
+    public var initialDelayMs: UInt64 = 500
+    /// Largest delay, in ms (default 30 000).
+    public var maxDelayMs: UInt64 = 30_000
+    /// A connection that lasted this long, in ms, resets the backoff (default 60 000).
+    public var stableAfterMs: UInt64 = 60_000
+
+    /// Backoff from 0.5 s to 30 s, reset after a stable minute; retries the first connect too.
+    public init() {}
+
+    /// No reconnection at all: a drop or a failed connect closes the client.
+    public static var never: ReconnectPolicy {
+        var policy = ReconnectPolicy()
+        policy.enabled = false
+        policy.retryInitialConnect = false
+        return policy
+    }
+
+    /// The delay before retry `attempt` (0 for the first retry), in ms.
+    /// - Parameter jitter: a number in [0, 1]; 0 gives half the backoff, 1 the whole.
+    public func delayMs(attempt: Int, jitter: Double) -> UInt64 {
+        var backoff = max(1, initialDelayMs)
+        for _ in 0..<max(0, min(attempt, 63)) where backoff < maxDelayMs { backoff = backoff.multipliedReportingOverflow(by: 2).partialValue }
+        backoff = min(backoff, maxDelayMs)
+        let factor = 0.5 + 0.5 * min(1, max(0, jitter))
+        return max(1, UInt64((Double(backoff) * factor).rounded()))
+    }
+}
+
+/// Everything a `RoomcastClient` needs to know before it connects.
+public struct ClientConfiguration: Sendable {
+    /// The daemon's address (default `127.0.0.1:9898`).
+    public var server: ServerAddress
+    /// Byte order of frame headers; must match the daemon's listener (PROTOCOL.md §1).
+    public var byteOrder: ByteOrder = .little
+    /// Largest body sent or accepted, in bytes (the daemon's default `max_frame_bytes`, 64 KiB).
+    public var maxFrameBytes: Int = 64 * 1024
+    /// Interval between heartbeats while connected, in ms (default 10 000 as
+    /// the seed clients; 0 sends none). Keep it under the daemon's
+    /// `heartbeat.timeout` (PROTOCOL.md §5).
+    public var heartbeatIntervalMs: UInt64 = 10_000
+    /// Body of a heartbeat frame: seed 000's text; the daemon never decodes it.
+    public var heartbeatBody: [UInt8] = Array("this is a heartBeat message ".utf8)
+    /// Time allowed for one connection attempt (all resolved addresses), in ms.
+    public var connectTimeoutMs: UInt64 = 10_000
+    /// Reconnection after a drop.
+    public var reconnect = ReconnectPolicy()
+    /// Frame types (PROTOCOL.md §2).
+    public var types = MessageTypes()
+
+    /// The defaults above, for the daemon at `server`.
+    public init(server: ServerAddress = .default) {
+        self.server = server
+    }
+}

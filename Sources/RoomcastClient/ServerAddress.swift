@@ -1,0 +1,77 @@
+import CShim
+import Glibc
+
+/// Where the daemon listens: a host (IPv4, IPv6 or a name) and a TCP port.
+public struct ServerAddress: Equatable, Hashable, Sendable, CustomStringConvertible {
+    /// A numeric address (`127.0.0.1`, `::1`) or a host name, without brackets.
+    public var host: String
+    /// TCP port.
+    public var port: UInt16
+
+    /// An address as is (no validation; a bad host fails at connect time with `ClientError.resolve`).
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+
+    /// The daemon's default address, `127.0.0.1:9898`.
+    public static let `default` = ServerAddress(host: "127.0.0.1", port: 9898)
+
+    /// Parses `HOST:PORT` or `[IPv6]:PORT` (`127.0.0.1:9898`, `[::1]:9898`,
+    /// `localhost:9898`). Returns nil without a port, for a port over 65535,
+    /// or for an IPv6 address without brackets.
+    public static func parse(_ text: String) -> ServerAddress? {
+        let host: Substring
+        let port: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            let rest = text[text.index(after: close)...]
+            guard rest.hasPrefix(":") else { return nil }
+            port = rest.dropFirst()
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { return nil }
+            host = text[..<colon]
+            port = text[text.index(after: colon)...]
+            if host.contains(":") { return nil }  // IPv6 needs brackets
+        }
+        guard !host.isEmpty, !host.contains("\0"), !port.isEmpty, port.count <= 5,
+              port.allSatisfy({ $0.isASCII && $0.isNumber }), let number = UInt16(port)
+        else { return nil }
+        return ServerAddress(host: String(host), port: number)
+    }
+
+    /// `127.0.0.1:9898` or `[::1]:9898`; accepted by `parse(_:)`.
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    /// The socket addresses of the host, in getaddrinfo(3)'s order. Blocks
+    /// while a host name is looked up (numeric addresses never block).
+    /// - Throws: `ClientError.resolve` with getaddrinfo's message.
+    func resolve() throws(ClientError) -> [SocketAddress] {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_NUMERICSERV
+        var list: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &list)
+        guard rc == 0 else { throw .resolve(host: host, message: String(cString: gai_strerror(rc))) }
+        defer { freeaddrinfo(list) }
+        var result: [SocketAddress] = []
+        var next = list
+        while let info = next {
+            if let addr = info.pointee.ai_addr, info.pointee.ai_family == AF_INET || info.pointee.ai_family == AF_INET6 {
+                let bytes = Array(UnsafeRawBufferPointer(start: addr, count: Int(info.pointee.ai_addrlen)))
+                let address = SocketAddress(family: info.pointee.ai_family, bytes: bytes)
+                if !result.contains(address) { result.append(address) }
+            }
+            next = info.pointee.ai_next
+        }
+        guard !result.isEmpty else { throw .resolve(host: host, message: "no IPv4 or IPv6 address") }
+        return result
+    }
+}
+
+/// A resolved socket address (sockaddr_in or sockaddr_in6 bytes).
+struct SocketAddress: Equatable {
+    var family: Int32
+    var bytes: [UInt8]
+}

@@ -1,0 +1,311 @@
+@preconcurrency import CShim
+@preconcurrency import Glibc
+import RoomcastClient
+
+/// The version printed by `--version` (the daemon's version: they ship together).
+let roomcastVersion = "0.1.0"
+
+/// sysexits(3) code for bad usage, as roomcastd uses.
+let exitUsage: Int32 = 64
+
+enum Subcommand: String, CaseIterable {
+    case chat, send, listen
+}
+
+/// What `send` sends.
+enum Payload: Equatable {
+    case text(String)
+    case gift(name: String, url: String, count: Int32)
+}
+
+/// A parsed command line.
+struct Invocation {
+    var command: Subcommand
+    var server = ServerAddress.default
+    var byteOrder = ByteOrder.little
+    var heartbeatMs: UInt64 = 10_000
+    var name: String?
+    var room: String?
+    var level: Int32 = 0
+    var icon = ""
+    var timeoutMs: UInt64 = 5_000
+    var json = false
+    var count: Int?
+    var payload: Payload?
+    var help = false
+    var version = false
+    /// True for `roomcast --help`/`--version` without a subcommand.
+    var topLevel = false
+
+    /// The client configuration these options describe.
+    var configuration: ClientConfiguration {
+        var configuration = ClientConfiguration(server: server)
+        configuration.byteOrder = byteOrder
+        configuration.heartbeatIntervalMs = heartbeatMs
+        return configuration
+    }
+
+    /// The user this invocation joins as.
+    func user(defaultName: String) -> UserInfo {
+        UserInfo(level: level, name: name ?? defaultName, iconURL: icon, room: room)
+    }
+}
+
+/// A command-line mistake; `message` names the offending option or argument.
+struct UsageError: Error {
+    var message: String
+    var command: Subcommand?
+}
+
+/// One long option; `value` is its short letter, or >= 256 for long-only ones.
+private struct OptionSpec {
+    let name: StaticString
+    let hasArgument: Bool
+    let value: Int32
+    var short: Character? { value < 256 ? Character(Unicode.Scalar(UInt8(value))) : nil }
+}
+
+private let optByteOrder: Int32 = 256
+private let optHeartbeat: Int32 = 257
+
+private func letter(_ c: Character) -> Int32 { Int32(c.asciiValue!) }
+
+private let commonOptions = [
+    OptionSpec(name: "server", hasArgument: true, value: letter("s")),
+    OptionSpec(name: "byte-order", hasArgument: true, value: optByteOrder),
+    OptionSpec(name: "heartbeat", hasArgument: true, value: optHeartbeat),
+    OptionSpec(name: "help", hasArgument: false, value: letter("h")),
+    OptionSpec(name: "version", hasArgument: false, value: letter("V")),
+]
+private let identityOptions = [
+    OptionSpec(name: "name", hasArgument: true, value: letter("n")),
+    OptionSpec(name: "room", hasArgument: true, value: letter("r")),
+    OptionSpec(name: "level", hasArgument: true, value: letter("l")),
+    OptionSpec(name: "icon", hasArgument: true, value: letter("i")),
+]
+
+private func options(for command: Subcommand) -> [OptionSpec] {
+    switch command {
+    case .chat:
+        return identityOptions + commonOptions
+    case .send:
+        return identityOptions + [OptionSpec(name: "timeout", hasArgument: true, value: letter("t"))] + commonOptions
+    case .listen:
+        return identityOptions + [
+            OptionSpec(name: "json", hasArgument: false, value: letter("j")),
+            OptionSpec(name: "count", hasArgument: true, value: letter("c")),
+        ] + commonOptions
+    }
+}
+
+private func cString(_ s: StaticString) -> UnsafePointer<CChar> {
+    UnsafeRawPointer(s.utf8Start).assumingMemoryBound(to: CChar.self)
+}
+
+/// Parses `roomcast SUBCOMMAND [OPTIONS] [ARGUMENTS]` (arguments without the
+/// program name) with getopt_long(3). Options must come before arguments
+/// (`+` mode), so a message may start with `-`; `--` ends the options.
+/// Not reentrant: getopt's state is process-wide.
+func parseCommandLine(_ arguments: [String]) -> Result<Invocation, UsageError> {
+    guard let first = arguments.first else {
+        return .failure(UsageError(message: "missing subcommand (chat, send or listen)", command: nil))
+    }
+    guard let command = Subcommand(rawValue: first) else {
+        if first == "--help" || first == "-h" || first == "help" { return .success(Invocation(command: .chat, help: true, topLevel: true)) }
+        if first == "--version" || first == "-V" { return .success(Invocation(command: .chat, version: true, topLevel: true)) }
+        if first.hasPrefix("-") {
+            return .failure(UsageError(message: "option '\(first)' must follow a subcommand (chat, send or listen)", command: nil))
+        }
+        return .failure(UsageError(message: "unknown subcommand '\(first)' (expected chat, send or listen)", command: nil))
+    }
+    let specs = options(for: command)
+    var longOptions = specs.map {
+        option(name: cString($0.name), has_arg: $0.hasArgument ? required_argument : no_argument, flag: nil, val: $0.value)
+    }
+    longOptions.append(option())
+    // "+": stop at the first argument; ":": report a missing argument as ':'.
+    let shortOptions = "+:" + specs.compactMap { spec in spec.short.map { String($0) + (spec.hasArgument ? ":" : "") } }.joined()
+
+    let argv: [UnsafeMutablePointer<CChar>?] = (["roomcast " + first] + arguments.dropFirst()).map { strdup($0) } + [nil]
+    defer { for p in argv { free(p) } }
+    let argc = Int32(argv.count - 1)
+    optind = 0  // full re-initialisation (glibc)
+    opterr = 0  // we print our own messages
+    var values: [(Int32, String?)] = []
+    var failure: UsageError?
+    shortOptions.withCString { shorts in
+        while failure == nil {
+            let c = getopt_long(argc, argv, shorts, longOptions, nil)
+            if c == -1 { break }
+            let previous = optind >= 1 && optind - 1 < argc ? argv[Int(optind) - 1].map { String(cString: $0) } : nil
+            let typed = previous.map { $0.hasPrefix("--") ? String($0.prefix { $0 != "=" }) : $0 }
+            switch c {
+            case letter("?"):
+                if let typed, typed.hasPrefix("--") {
+                    failure = UsageError(
+                        message: optopt != 0 ? "option '\(typed)' doesn't allow an argument" : "unrecognized option '\(typed)'",
+                        command: command)
+                } else {
+                    failure = UsageError(message: "invalid option '-\(Character(Unicode.Scalar(UInt8(truncatingIfNeeded: optopt))))'", command: command)
+                }
+            case letter(":"):
+                let name = typed.flatMap { $0.hasPrefix("--") ? $0 : nil }
+                    ?? "-\(Character(Unicode.Scalar(UInt8(truncatingIfNeeded: optopt))))"
+                failure = UsageError(message: "option '\(name)' requires an argument", command: command)
+            default:
+                values.append((c, optarg.map { String(cString: $0) }))
+            }
+        }
+    }
+    if let failure { return .failure(failure) }
+    let rest = argv[Int(optind)..<Int(argc)].compactMap { $0.map { String(cString: $0) } }
+
+    var invocation = Invocation(command: command)
+    func fail(_ message: String) -> Result<Invocation, UsageError> { .failure(UsageError(message: message, command: command)) }
+    for (c, value) in values {
+        let v = value ?? ""
+        switch c {
+        case letter("s"):
+            guard let server = ServerAddress.parse(v) else {
+                return fail("option '--server': '\(v)' is not HOST:PORT (e.g. 127.0.0.1:9898 or [::1]:9898)")
+            }
+            invocation.server = server
+        case optByteOrder:
+            guard let order = ByteOrder(rawValue: v) else { return fail("option '--byte-order': '\(v)' is not little or big") }
+            invocation.byteOrder = order
+        case optHeartbeat:
+            guard let ms = parseDuration(v) else { return fail("option '--heartbeat': '\(v)' is not a duration like 10s or 500ms (0: none)") }
+            invocation.heartbeatMs = ms
+        case letter("t"):
+            guard let ms = parseDuration(v), ms > 0 else { return fail("option '--timeout': '\(v)' is not a positive duration like 5s or 500ms") }
+            invocation.timeoutMs = ms
+        case letter("n"):
+            guard !v.isEmpty else { return fail("option '--name': the name is empty") }
+            invocation.name = v
+        case letter("r"):
+            guard !v.isEmpty else { return fail("option '--room': the room name is empty") }
+            invocation.room = v
+        case letter("l"):
+            guard let level = Int32(v) else { return fail("option '--level': '\(v)' is not a 32-bit integer") }
+            invocation.level = level
+        case letter("i"):
+            invocation.icon = v
+        case letter("j"):
+            invocation.json = true
+        case letter("c"):
+            guard let count = Int(v), count > 0 else { return fail("option '--count': '\(v)' is not a positive integer") }
+            invocation.count = count
+        case letter("h"):
+            invocation.help = true
+        case letter("V"):
+            invocation.version = true
+        default:
+            return fail("internal error: option \(c) has no handler")
+        }
+    }
+    if invocation.help || invocation.version { return .success(invocation) }
+
+    switch command {
+    case .chat, .listen:
+        if let extra = rest.first { return fail("unexpected argument '\(extra)'") }
+    case .send:
+        switch rest.first {
+        case "text":
+            guard rest.count == 2 else { return fail("'send text' takes one MESSAGE argument (quote it), got \(rest.count - 1)") }
+            invocation.payload = .text(rest[1])
+        case "gift":
+            guard rest.count == 4 else { return fail("'send gift' takes NAME URL COUNT, got \(rest.count - 1) arguments") }
+            guard let count = Int32(rest[3]) else { return fail("gift COUNT '\(rest[3])' is not a 32-bit integer") }
+            invocation.payload = .gift(name: rest[1], url: rest[2], count: count)
+        case nil:
+            return fail("missing what to send: 'text MESSAGE' or 'gift NAME URL COUNT'")
+        case let other?:
+            return fail("unknown message kind '\(other)' (expected text or gift)")
+        }
+    }
+    if command != .listen && invocation.name == nil { return fail("option '--name' is required") }
+    return .success(invocation)
+}
+
+let mainUsage = """
+    Usage: roomcast chat   --name NAME [--room R] [--level N] [--icon URL] [OPTIONS]
+           roomcast send   --name NAME [--room R] [OPTIONS] text MESSAGE
+           roomcast send   --name NAME [--room R] [OPTIONS] gift NAME URL COUNT
+           roomcast listen [--room R] [--json] [--count N] [OPTIONS]
+
+    The command-line client of roomcastd, the chat-room relay.
+      chat     interactive: each line typed is sent as text
+      send     join, send one message, wait for the daemon's echo, leave
+      listen   print every event of a room, as text or as JSON lines
+
+    Run 'roomcast SUBCOMMAND --help' for the options of each.
+    Exit status: 0 ok, 1 failure (refused, timeout, rejected), 64 bad usage.
+    """
+
+private let commonHelp = """
+      -s, --server HOST:PORT   the daemon (default 127.0.0.1:9898; IPv6: [::1]:9898)
+          --byte-order ORDER   frame header byte order, little (default) or big
+          --heartbeat DURATION heartbeat interval (default 10s; 0: none)
+      -h, --help               print this help and exit
+      -V, --version            print the version and exit
+    """
+
+private let identityHelp = """
+      -n, --name NAME          your name in the room
+      -r, --room ROOM          room to join (default: the daemon's default room)
+      -l, --level N            your level (default 0)
+      -i, --icon URL           your icon URL (default empty)
+    """
+
+func usage(_ command: Subcommand?) -> String {
+    switch command {
+    case nil:
+        return mainUsage
+    case .chat?:
+        return """
+            Usage: roomcast chat --name NAME [--room R] [--level N] [--icon URL] [OPTIONS]
+
+            Interactive chat. Each line typed is sent as text. Commands:
+              /gift NAME URL COUNT   send a gift
+              /join ROOM             move to ROOM
+              /leave                 leave the room (stay connected)
+              /quit                  leave and exit (also Ctrl-D, Ctrl-C)
+              //TEXT                 send TEXT starting with '/'
+            Events print as '12:03:04 alice: hi' on stdout; status goes to stderr.
+            After a drop it reconnects with backoff and rejoins the room.
+
+            Options:
+            \(identityHelp)
+            \(commonHelp)
+            """
+    case .send?:
+        return """
+            Usage: roomcast send --name NAME [--room R] [OPTIONS] text MESSAGE
+                   roomcast send --name NAME [--room R] [OPTIONS] gift NAME URL COUNT
+
+            Joins, sends one message, waits until the daemon relays it back (proof it
+            was relayed; needs the daemon's default 'echo = yes'), leaves, exits 0.
+            On failure prints one line and exits 1 (refused, timeout, rejected).
+
+            Options:
+            \(identityHelp)
+              -t, --timeout DURATION   give up after this long (default 5s)
+            \(commonHelp)
+            """
+    case .listen?:
+        return """
+            Usage: roomcast listen [--room R] [--json] [--count N] [OPTIONS]
+
+            Joins as an observer (name 'listener' unless --name) and prints every event
+            of the room until interrupted or N events: readable lines, or one JSON object
+            per line with --json (type, room, user, text/gift fields, opaque bodies as
+            base64). Reconnects after a drop.
+
+            Options:
+            \(identityHelp)
+              -j, --json               one JSON object per line
+              -c, --count N            exit 0 after N events
+            \(commonHelp)
+            """
+    }
+}

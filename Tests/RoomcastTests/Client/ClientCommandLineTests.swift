@@ -1,0 +1,166 @@
+// The roomcast executable, end to end against the real daemon.
+import Foundation
+import Testing
+import RoomcastClient
+
+private func jsonObjects(_ text: String) throws -> [[String: Any]] {
+    try text.split(separator: "\n").map { line in
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw TestFailure("not a JSON object: \(line)")
+        }
+        return object
+    }
+}
+
+@Suite struct ClientCommandLineTests {
+    @Test func sendAndListenJSONEndToEnd() throws {
+        let daemon = try TestDaemon()
+        let listen = try RoomcastCommand(["listen", "--server", daemon.address, "--room", "stage", "--json", "--count", "8"])
+        try #require(listen.waitForStderr("listening in stage as listener"), "\(listen.stderr)")
+
+        let text = try roomcast(["send", "--server", daemon.address, "--name", "alice", "--room", "stage",
+                                 "--level", "4", "--icon", "https://example.com/a.png", "text", "-5 degrees, \"quoted\" ✓"])
+        #expect(text.status == 0, "\(text.stderr)")
+        #expect(text.stdout.isEmpty && text.stderr.isEmpty)
+        let gift = try roomcast(["send", "--server", daemon.address, "--name", "bob", "--room", "stage",
+                                 "gift", "yacht", "https://example.com/yacht.png", "99"])
+        #expect(gift.status == 0, "\(gift.stderr)")
+
+        // An opaque frame from a library client: listen shows its body as base64.
+        let loop = try EventLoop()
+        let carol = RecordingClient(loop: loop, configuration: testConfiguration(daemon))
+        carol.client.connect()
+        try carol.client.join(UserInfo(level: 0, name: "carol", iconURL: "", room: "stage"))
+        try #require(try loop.run(timeoutMs: 5_000) { !carol.events.isEmpty })
+        try carol.client.sendFrame(type: 42, body: [0xDE, 0xAD, 0xBE, 0xEF])
+        try loop.run(timeoutMs: 5_000) { carol.events.count >= 2 }
+
+        let result = try listen.finish()
+        carol.client.close()
+        #expect(result.status == 0, "\(result.stderr)")
+        let events = try jsonObjects(result.stdout)
+        #expect(events.map { $0["type"] as? String } == ["join", "text", "leave", "join", "gift", "leave", "join", "opaque"])
+        #expect(events.allSatisfy { $0["room"] as? String == "stage" })
+        let alice = try #require(events[1]["user"] as? [String: Any])
+        #expect(alice["name"] as? String == "alice" && alice["level"] as? Int == 4)
+        #expect(alice["iconURL"] as? String == "https://example.com/a.png" && alice["room"] as? String == "stage")
+        #expect(events[1]["text"] as? String == "-5 degrees, \"quoted\" ✓")
+        #expect(events[4]["giftname"] as? String == "yacht" && events[4]["giftcount"] as? Int == 99)
+        #expect(events[4]["giftURL"] as? String == "https://example.com/yacht.png")
+        #expect(events[7]["frame_type"] as? Int == 42 && events[7]["body_base64"] as? String == "3q2+7w==")
+    }
+
+    @Test func listenPrintsReadableLines() throws {
+        let daemon = try TestDaemon()
+        let listen = try RoomcastCommand(["listen", "--server", daemon.address, "--count", "3"])
+        try #require(listen.waitForStderr("listening in the default room"), "\(listen.stderr)")
+        #expect(try roomcast(["send", "--server", daemon.address, "--name", "alice", "--room", "lobby", "text", "hi"]).status == 0)
+        let lines = try listen.finish().stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 3)
+        let stamp = try Regex(#"^\d\d:\d\d:\d\d "#)
+        #expect(lines.allSatisfy { $0.firstMatch(of: stamp) != nil }, "\(lines)")
+        #expect(lines.map { String($0.dropFirst(9)) } == ["alice joined lobby", "alice: hi", "alice left lobby"])
+    }
+
+    @Test func chatOverPipesSendsTypedLinesAndCommands() throws {
+        let daemon = try TestDaemon()
+        let chat = try RoomcastCommand(["chat", "--server", daemon.address, "--name", "carol", "--room", "stage"])
+        try #require(chat.waitForStderr("joined stage as carol"), "\(chat.stderr)")
+        chat.type("hello there\n/gift rose https://example.com/rose.png 3\n//slash\n/join backstage\n")
+        #expect(chat.waitForStdout("carol sent 3 x rose"))
+        #expect(chat.waitForStdout("carol: /slash"))
+        #expect(chat.waitForStdout("carol joined backstage"))
+        chat.type("/bogus\n/quit\n")
+        let result = try chat.finish()
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stdout.contains("carol: hello there"))
+        #expect(result.stderr.contains("unknown command /bogus"))
+    }
+
+    @Test(arguments: [
+        (["send", "--name", "a", "--bogus", "text", "x"], "unrecognized option '--bogus'"),
+        (["send", "--name"], "option '--name' requires an argument"),
+        (["send", "text", "x"], "option '--name' is required"),
+        (["send", "--name", "a", "--json", "text", "x"], "unrecognized option '--json'"),
+        (["send", "--name", "a", "text"], "'send text' takes one MESSAGE"),
+        (["send", "--name", "a", "gift", "g", "u", "many"], "gift COUNT 'many'"),
+        (["send", "--name", "a", "--timeout", "soon", "text", "x"], "option '--timeout': 'soon'"),
+        (["listen", "-x"], "invalid option '-x'"),
+        (["listen", "--count", "0"], "option '--count': '0'"),
+        (["listen", "--json=yes"], "option '--json' doesn't allow an argument"),
+        (["listen", "--server", "localhost"], "option '--server': 'localhost' is not HOST:PORT"),
+        (["chat", "--name", "a", "--byte-order", "middle"], "option '--byte-order': 'middle'"),
+        (["chat", "--name", "a", "--heartbeat", "often"], "option '--heartbeat': 'often'"),
+        (["chat", "--name", "a", "extra"], "unexpected argument 'extra'"),
+        (["--server", "127.0.0.1:1", "chat"], "option '--server' must follow a subcommand"),
+        (["shout"], "unknown subcommand 'shout'"),
+        ([], "missing subcommand"),
+    ])
+    func badUsageExits64NamingTheProblem(arguments: [String], message: String) throws {
+        let result = try roomcast(arguments)
+        #expect(result.status == 64)
+        #expect(result.stderr.hasPrefix("roomcast: " + message), "\(result.stderr)")
+        #expect(result.stderr.contains("Try 'roomcast"))
+        #expect(result.stdout.isEmpty)
+    }
+
+    @Test func helpAndVersion() throws {
+        let help = try roomcast(["--help"])
+        #expect(help.status == 0 && help.stdout.contains("roomcast listen") && help.stderr.isEmpty)
+        for command in ["chat", "send", "listen"] {
+            let result = try roomcast([command, "--help"])
+            #expect(result.status == 0 && result.stdout.hasPrefix("Usage: roomcast \(command)") && result.stdout.contains("--server"))
+        }
+        let version = try roomcast(["send", "--version"])
+        #expect(version.status == 0 && version.stdout == "roomcast 0.1.0\n")
+    }
+
+    @Test func unreachableDaemonFailsWithOneLine() throws {
+        let address = "127.0.0.1:\(unusedPort())"
+        for arguments in [["send", "--server", address, "--name", "a", "text", "x"], ["listen", "--server", address]] {
+            let result = try roomcast(arguments)
+            #expect(result.status == 1, "\(arguments)")
+            #expect(result.stderr.hasSuffix("roomcast: cannot connect to \(address): Connection refused\n"), "\(result.stderr)")
+            #expect(result.stdout.isEmpty)
+        }
+    }
+
+    @Test func sendTimesOutWhenTheDaemonDoesNotEcho() throws {
+        let daemon = try TestDaemon(config: "[protocol]\necho = no\n")
+        let result = try roomcast(["send", "--server", daemon.address, "--name", "a", "--timeout", "300ms", "text", "x"])
+        #expect(result.status == 1)
+        #expect(result.stderr == "roomcast: timeout: the daemon did not relay the message back within 300 ms (is echo = no?)\n")
+    }
+
+    @Test func sendRejectedWhenTheDaemonClosesTheConnection() throws {
+        // A daemon that accepts frames of at most 16 bytes closes a client sending more.
+        let daemon = try TestDaemon(config: "[protocol]\nmax_frame_bytes = 16\n")
+        let result = try roomcast(["send", "--server", daemon.address, "--name", "a-long-enough-name", "text", "x"])
+        #expect(result.status == 1)
+        #expect(result.stderr == "roomcast: rejected: the daemon closed the connection before relaying the message\n")
+    }
+
+    @Test func byteOrderMustMatchTheDaemon() throws {
+        let daemon = try TestDaemon(config: "[protocol]\nbyte_order = big\n")
+        let big = try roomcast(["send", "--server", daemon.address, "--byte-order", "big", "--name", "a", "text", "x"])
+        #expect(big.status == 0, "\(big.stderr)")
+        // Little-endian headers read as big-endian claim a body of gigabytes: the daemon closes.
+        let little = try roomcast(["send", "--server", daemon.address, "--name", "a", "text", "x"])
+        #expect(little.status == 1)
+        #expect(little.stderr.hasPrefix("roomcast: rejected:"), "\(little.stderr)")
+    }
+
+    @Test func pythonProtobufClientAndRoomcastChatBothWays() throws {
+        let daemon = try TestDaemon()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Reference/chat_peer.py")
+        let peer = try RoomcastCommand(
+            ["python3", script.path, "--server", daemon.address,
+             "--roomcast", productsDirectory.appendingPathComponent("roomcast").path],
+            executable: URL(fileURLWithPath: "/usr/bin/env"))
+        let result = try peer.finish(seconds: 30)
+        #expect(result.status == 0, "python3 chat_peer.py (needs PyPI protobuf): \(result.stderr)")
+        #expect(result.stdout.contains("\"ok\": true"), "\(result.stdout)")
+        print("interop: \(result.stdout)")
+    }
+}
