@@ -31,7 +31,7 @@ DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 
 # The man pages: scdoc sources in man/, troff built into .build/man.
-MAN_PAGES := roomcastd.8 roomcastd.conf.5
+MAN_PAGES := roomcastd.8 roomcastd.conf.5 roomcast.1
 MAN_OUT   := $(addprefix .build/man/,$(MAN_PAGES))
 # test-systemd: the cached Debian root (made once) and the install staged for the container.
 SYSTEMD_ROOT  := .build/systemd-root
@@ -131,11 +131,12 @@ static:
 
 install: static man
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast" \
-	           "$(DESTDIR)$(MANDIR)/man8" "$(DESTDIR)$(MANDIR)/man5"
+	           "$(DESTDIR)$(MANDIR)/man8" "$(DESTDIR)$(MANDIR)/man5" "$(DESTDIR)$(MANDIR)/man1"
 	install -m 0755 .build-static/release/roomcastd "$(DESTDIR)$(BINDIR)/roomcastd"
 	install -m 0755 .build-static/release/roomcast "$(DESTDIR)$(BINDIR)/roomcast"
 	install -m 0644 .build/man/roomcastd.8 "$(DESTDIR)$(MANDIR)/man8/roomcastd.8"
 	install -m 0644 .build/man/roomcastd.conf.5 "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
+	install -m 0644 .build/man/roomcast.1 "$(DESTDIR)$(MANDIR)/man1/roomcast.1"
 	systemd/render "$(BINDIR)" "$(SYSCONFDIR)" "$(DESTDIR)$(UNITDIR)"
 	@# Never overwrite an operator's config. 0644: the service's dynamic user must read it.
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf" ]; then \
@@ -153,7 +154,8 @@ uninstall:
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd-json.socket" \
 	      "$(DESTDIR)$(MANDIR)/man8/roomcastd.8" \
-	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
+	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5" \
+	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
 clean:
