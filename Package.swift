@@ -23,18 +23,19 @@ let package = Package(
         // Pure logic, standard library only: frame codec, proto2, timing wheel,
         // config, relay policy. No clock, no sockets (only Config.load reads a file).
         .target(name: "RoomcastCore"),
+        // The kernel interfaces the daemon and the client share: the epoll
+        // selector and the syscall helpers. Knows nothing of frames or rooms.
+        .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
-        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),
+        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
-        // The client library: one event loop, reconnects, heartbeats. It reuses the
-        // daemon's epoll Selector and syscall helpers (package access) until those
-        // move to an I/O target of their own.
-        .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastServer", "CShim"]),
+        // The client library: one event loop, reconnects, heartbeats.
+        .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
         // The command-line client (chat, send, listen).
         .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
-            dependencies: ["RoomcastCore", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast"],
+            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast"],
             // Reference/proto_ref.py is run by the tests with python3, not bundled.
             exclude: ["Reference"]
         ),

@@ -1,5 +1,5 @@
 import Glibc
-import RoomcastServer
+import RoomcastIO
 
 /// Why a client call failed or a connection ended. `description` is one line
 /// meant for a person (e.g. `cannot connect to 127.0.0.1:9898: Connection refused`).

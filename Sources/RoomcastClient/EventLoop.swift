@@ -1,5 +1,5 @@
 import Glibc
-import RoomcastServer
+import RoomcastIO
 
 /// Readiness of a watched descriptor, as handed to a watch handler.
 public struct IOReadiness: OptionSet, Sendable {

@@ -1,7 +1,7 @@
 @_exported import RoomcastCore
 import CShim
 import Glibc
-import RoomcastServer
+import RoomcastIO
 
 /// A roomcast client connection (PROTOCOL.md): connects to the daemon, joins
 /// a room, sends text, gifts, leaves and opaque frames, decodes what the room

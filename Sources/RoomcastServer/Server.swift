@@ -1,6 +1,7 @@
 import CShim
 import Glibc
 import RoomcastCore
+import RoomcastIO
 
 /// The reactor: one thread, one level-triggered epoll selector, every
 /// descriptor of the daemon on it (listeners, clients, the signalfd).

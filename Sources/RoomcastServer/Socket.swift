@@ -1,6 +1,7 @@
 import CShim
 import Glibc
 import RoomcastCore
+import RoomcastIO
 
 /// Socket set-up and address formatting.
 enum Socket {
