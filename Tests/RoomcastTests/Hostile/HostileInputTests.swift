@@ -270,7 +270,7 @@ struct HostileInputTests {
 func vmDataKiB(_ pid: Int32) -> Int {
     guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
     for line in text.split(separator: "\n") where line.hasPrefix("VmData:") {
-        return Int(line.dropFirst(7).split(separator: " ").first ?? "") ?? 0
+        return line.dropFirst(7).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) } ?? 0
     }
     return 0
 }

@@ -15,7 +15,7 @@ enum ProcStats {
     static func rssKiB(_ pid: Int32) -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.dropFirst(6).split(separator: " ").first ?? "")
+            return line.dropFirst(6).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) }
         }
         return nil
     }
