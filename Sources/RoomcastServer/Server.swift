@@ -260,6 +260,7 @@ public final class Server {
                 continue
             }
             _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+            _ = Sys.setOption(fd, SOL_SOCKET, SO_SNDBUF, Socket.clientSendBuffer)
             let dialect = listeners[index].dialect
             if dialect == .json { Socket.enableKeepalive(fd, idleMs: config.json.tcpKeepaliveMs) }
             let id = table.add(fd: fd, dialect: dialect, address: address)

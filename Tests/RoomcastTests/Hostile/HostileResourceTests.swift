@@ -72,6 +72,53 @@ struct HostileResourceTests {
         #expect(slow.isClosed(within: .seconds(3)))
     }
 
+    @Test("7. a reader taking 100 KiB/s from a 400 KiB/s publisher is closed 2 s after passing output_soft_bytes")
+    func slowConsumerSoftLimit() throws {
+        let d = try Daemon(["limits.output_hard_bytes": "1M", "limits.output_soft_bytes": "256K", "limits.output_soft_seconds": "2s",
+                            "protocol.echo": "no"])
+        let publisher = try d.connect()
+        let reader = try d.connect(receiveBuffer: 4096)
+        let frame = numberedFrame(0, size: 1018)  // 1 KiB on the wire
+        let start = monotonicMs()
+        var published = 0, read = 0
+        var closedAtMs: Int64?
+        var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+        while monotonicMs() - start < 6_000 {
+            let t = monotonicMs() - start
+            // 400 KiB/s in, 100 KiB/s out, by the clock (catch-up bursts keep the averages).
+            while published < Int(t) * 400 * 1024 / 1000 {
+                try publisher.sendRaw(frame)
+                published += frame.count
+            }
+            var budget = Int(t) * 100 * 1024 / 1000 - read
+            while budget > 0 {
+                let n = buffer.withUnsafeMutableBytes { recv(reader.descriptor, $0.baseAddress, min(budget, $0.count), Int32(MSG_DONTWAIT)) }
+                if n > 0 { read += n; budget -= n; continue }
+                if n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) { closedAtMs = monotonicMs() - start }
+                break
+            }
+            if closedAtMs != nil { break }
+            if d.stderr.line(with: ["slow consumer", reader.address]) != nil {
+                closedAtMs = monotonicMs() - start
+                break
+            }
+            usleep(10_000)
+        }
+        let closedMs = try #require(closedAtMs, "not closed within 6 s")
+        let line = try #require(d.stderr.line(with: ["slow consumer", reader.address]), "no slow-consumer warning for \(reader.address)")
+        reportFigure("7", "soft_close_after_ms_from_start", String(closedMs))
+        reportFigure("7", "soft_close_log", "\"" + line.split(separator: " ", maxSplits: 3).last.map(String.init)! + "\"")
+        #expect(line.contains("REASON=output_soft_limit"), "closed by the soft limit, not the hard one: \(line)")
+        // The daemon's own measure: how long the queue stayed above the soft limit.
+        let above = line.range(of: "pending for ").map { line[$0.upperBound...].prefix { $0 != ";" } }.map(String.init) ?? ""
+        let aboveMs = durationMs(above)
+        #expect(aboveMs.map { $0 >= 2_000 && $0 <= 2_000 + 400 } == true, "above the soft limit for \(above) before the close (2 s)")
+        // 256 KiB above the reader's pace takes >= 0.6 s at 300 KiB/s net, then 2 s.
+        #expect(closedMs >= 2_500, "closed \(closedMs) ms after the burst started")
+        #expect(d.stderr.line(with: ["output_hard_bytes", reader.address]) == nil, "the hard limit was never reached")
+        publisher.expectOpen()
+    }
+
     // MARK: 8. Out of descriptors
 
     // MARK: 9. Writable interest
