@@ -121,6 +121,57 @@ struct HostileResourceTests {
 
     // MARK: 8. Out of descriptors
 
+    @Test("8. under LimitNOFILE=64, 120 clients: < 5 % CPU while saturated, a few log lines, R served, new clients accepted within 1 s after")
+    func outOfDescriptors() throws {
+        let d = try Daemon(["heartbeat.timeout": "0"], environment: ["WATCHDOG_USEC": "1000000"], descriptorLimit: 64)
+        let r = try d.connect(), p = try d.connect()
+        var crowd: [TestClient] = []
+        for _ in 0..<120 { crowd.append(try d.connect(awaitAccept: false)) }
+        #expect(d.stderr.wait(forLineWith: ["out of file descriptors"], timeout: .seconds(5)))
+        pause(.milliseconds(300))
+        let fds = ProcStats.fdCount(d.pid) ?? -1
+        reportFigure("8", "daemon_fds_saturated", String(fds))
+        #expect(fds >= 60 && fds <= 64, "\(fds) descriptors open at the limit")
+        let loud = { d.stderr.current.split(separator: "\n").filter { !$0.contains(" DEBUG ") } }
+        let linesBefore = loud().count
+        let pingsFrom = d.notify.all.count
+        let cpu0 = d.cpuSeconds, t0 = monotonicMs()
+        var relayed = 0
+        for i in 0..<30 {
+            let f = numberedFrame(i, size: 16)
+            try p.send(f)
+            if r.receiveFrame(timeout: .seconds(1))?.wire == f { relayed += 1 }
+            _ = p.receiveFrame(timeout: .seconds(1))
+            pause(.milliseconds(100))
+        }
+        let cpu = d.cpuSeconds - cpu0, wall = Double(monotonicMs() - t0) / 1000
+        let newLines = loud().dropFirst(linesBefore)
+        let pings = d.notify.all.dropFirst(pingsFrom).filter { $0.lines.contains("WATCHDOG=1") }.count
+        reportFigure("8", "cpu_seconds_saturated", String(format: "%.3f over %.1f s (%.1f%%)", cpu, wall, 100 * cpu / wall))
+        reportFigure("8", "log_lines_saturated", String(newLines.count))
+        reportFigure("8", "watchdog_pings_saturated", String(pings))
+        #expect(relayed == 30, "R got \(relayed) of 30 frames while saturated")
+        #expect(cpu / wall < 0.05, "\(cpu) s of CPU in \(wall) s while saturated")
+        #expect(newLines.count <= 3, "log lines while saturated: \(Array(newLines))")
+        #expect(pings >= Int(wall) * 2 - 1, "watchdog pings while out of descriptors: \(pings) in \(wall) s")
+        #expect(loud().filter { $0.contains("out of file descriptors") }.count <= 3, "the warning is not repeated")
+
+        // Descriptors free up: every crowd client leaves; a new one is served within 1 s.
+        crowd.removeAll()
+        let freed = monotonicMs()
+        var served: Int64?
+        while served == nil && monotonicMs() - freed < 3_000 {
+            guard let n = try? TestClient(host: d.host, port: d.port) else { pause(.milliseconds(20)); continue }
+            let hello = Wire.frame(Wire.opaque, Array("new client".utf8))
+            try n.send(hello)
+            if r.receiveFrame(timeout: .milliseconds(1500))?.wire == hello { served = monotonicMs() - freed }
+        }
+        let servedMs = try #require(served, "no new client served within 3 s after descriptors freed up")
+        reportFigure("8", "new_client_served_after_ms", String(servedMs))
+        #expect(servedMs <= 1_000, "a new client was served \(servedMs) ms after descriptors freed up")
+        #expect(d.stderr.wait(forLineWith: ["accepting connections again"]))
+    }
+
     // MARK: 9. Writable interest
 
     @Test("9. after a paused reader drained 2 MiB, five idle seconds cost the daemon < 0.05 s of CPU")
