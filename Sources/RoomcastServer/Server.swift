@@ -120,8 +120,10 @@ public final class Server {
         try selector.register(signalFD, token: Self.token(.signal, 0))
         let now = clock()
         if let usec = systemd.watchdogUsec {
-            // sd_watchdog_enabled(3): ping at half the interval, from this loop.
-            watchdogIntervalMs = max(1, usec / 2_000)
+            // Ping from this loop, every third of the interval: sd_watchdog_enabled(3)
+            // asks for half, and at exactly half a loop a few ms late already
+            // stretches a gap past it; a third leaves a sixth of WATCHDOG_USEC as margin.
+            watchdogIntervalMs = max(1, usec / 3_000)
             nextWatchdogMs = now
             logger.info("watchdog enabled: pinging every \(formatDuration(ms: watchdogIntervalMs))")
         }

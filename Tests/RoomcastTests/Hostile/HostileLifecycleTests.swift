@@ -90,6 +90,59 @@ struct HostileLifecycleSlowTests {
         return (sent, got)
     }
 
+    @Test("12. WATCHDOG_USEC=1s: pings every 0.25-0.5 s while relays flow; a FIFO config never blocks the loop; SIGSTOP stops both")
+    func watchdogHonesty() throws {
+        let d = try Daemon(environment: ["WATCHDOG_USEC": "1000000"])
+        let r = try d.connect(), p = try d.connect()
+        var t0 = monotonicMs()
+        var relay = try Self.relayFor(.seconds(3), from: p, to: r, tag: 0)
+        var (count, gaps) = Self.pingGaps(d.notify, fromMs: t0)
+        reportFigure("12", "ping_gaps_ms", "\(gaps.min() ?? -1)..\(gaps.max() ?? -1) (\(count) pings in 3 s)")
+        #expect(relay.got == relay.sent)
+        #expect(count >= 5, "\(count) pings in 3 s")
+        #expect(gaps.allSatisfy { $0 >= 250 && $0 <= 500 }, "gaps between pings (ms): \(gaps)")
+
+        // The config path becomes a FIFO with no writer; SIGHUP must not block the loop.
+        unlink(d.configPath)
+        #expect(mkfifo(d.configPath, 0o600) == 0)
+        t0 = monotonicMs()
+        d.child.kill(SIGHUP)
+        relay = try Self.relayFor(.seconds(2), from: p, to: r, tag: 1)
+        (count, gaps) = Self.pingGaps(d.notify, fromMs: t0)
+        reportFigure("12", "ping_gaps_ms_after_fifo_sighup", "\(gaps.min() ?? -1)..\(gaps.max() ?? -1) (\(count) pings in 2 s)")
+        #expect(relay.got == relay.sent, "relays kept flowing after SIGHUP with a FIFO config: \(relay)")
+        #expect(count >= 3 && gaps.allSatisfy { $0 <= 500 }, "pings kept coming: \(count), gaps \(gaps)")
+        #expect(d.stderr.wait(forLineWith: ["reload failed", "not a regular file"]))
+
+        // A loop that cannot run sends nothing: pings stop together with the relays.
+        d.child.kill(SIGSTOP)
+        pause(.milliseconds(100))
+        let stopped = monotonicMs()
+        let f = Wire.frame(Wire.opaque, Array("while stopped".utf8))
+        try p.send(f)
+        let during = r.receiveFrame(timeout: .milliseconds(1500))
+        let pingsWhileStopped = Self.pingGaps(d.notify, fromMs: stopped).count
+        d.child.kill(SIGCONT)
+        #expect(during == nil, "no relay while the loop is stopped")
+        #expect(pingsWhileStopped == 0, "no watchdog ping while the loop is stopped")
+        #expect(r.receiveFrame()?.wire == f, "the relay resumes")
+        let resumed = monotonicMs()
+        pause(.milliseconds(800))
+        #expect(Self.pingGaps(d.notify, fromMs: resumed).count >= 1, "pings resume")
+    }
+
+    @Test("12. no pings at all when WATCHDOG_PID names another process or WATCHDOG_USEC is unset")
+    func noPingsWhenNotOurs() throws {
+        for env in [["WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"], [:]] {
+            let d = try Daemon(environment: env)
+            let r = try d.connect(), p = try d.connect()
+            let relay = try Self.relayFor(.milliseconds(1500), from: p, to: r, tag: 2)
+            #expect(relay.got == relay.sent)
+            #expect(!d.notify.all.contains { $0.lines.contains("WATCHDOG=1") }, "WATCHDOG=1 sent with \(env)")
+            #expect(d.stderr.line(with: ["watchdog enabled"]) == nil, "with \(env)")
+        }
+    }
+
     // MARK: 13. Reload storms
 
     /// The inode of the socket listening on `port` (from /proc/net/tcp*).
