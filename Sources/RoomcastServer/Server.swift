@@ -125,8 +125,10 @@ public final class Server {
         try selector.register(signalFD, token: Self.token(.signal, 0))
         let now = clock()
         if let usec = systemd.watchdogUsec {
-            // sd_watchdog_enabled(3): ping at half the interval, from this loop.
-            watchdogIntervalMs = max(1, usec / 2_000)
+            // Ping from this loop, every third of the interval: sd_watchdog_enabled(3)
+            // asks for half, and at exactly half a loop a few ms late already
+            // stretches a gap past it; a third leaves a sixth of WATCHDOG_USEC as margin.
+            watchdogIntervalMs = max(1, usec / 3_000)
             nextWatchdogMs = now
             logger.info("watchdog enabled: pinging every \(formatDuration(ms: watchdogIntervalMs))")
         }
@@ -274,6 +276,7 @@ public final class Server {
                 continue
             }
             _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+            _ = Sys.setOption(fd, SOL_SOCKET, SO_SNDBUF, Socket.clientSendBuffer)
             let dialect = listeners[index].dialect
             if dialect == .json { Socket.enableKeepalive(fd, idleMs: config.json.tcpKeepaliveMs) }
             let id = table.add(fd: fd, dialect: dialect, address: address)

@@ -8,6 +8,13 @@ enum Socket {
     /// Backlog for listen(2); the kernel caps it at net.core.somaxconn.
     static let backlog: Int32 = 1024
 
+    /// SO_SNDBUF of every client socket (the kernel doubles it: 128 KiB).
+    /// Left to autotuning, a client that reads slowly but steadily lets the
+    /// kernel queue grow to tcp_wmem's maximum (4 MiB per socket), where the
+    /// output limits (PROTOCOL.md §6) never see it: the backlog must build up
+    /// in the daemon's own output buffer, which the limits count.
+    static let clientSendBuffer: Int32 = 64 * 1024
+
     /// Creates a non-blocking, close-on-exec TCP socket bound to `address`
     /// and listening. IPv6 sockets are IPv6-only so `0.0.0.0:P` and `[::]:P`
     /// can both be configured.

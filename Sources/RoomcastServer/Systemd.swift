@@ -1,6 +1,7 @@
 import CShim
 import CSystemd
 import Glibc
+import RoomcastIO
 
 /// The daemon's side of the service manager's interfaces (sd-daemon(3)):
 /// readiness and status notifications, the watchdog, socket activation.
@@ -11,6 +12,7 @@ public struct Systemd {
     /// `$NOTIFY_SOCKET`; a no-op when not run by systemd.
     public func notify(_ state: String) {
         guard notifySocket else { return }
+        if let channel, channel.send(state) { return }
         _ = sd_notify(0, state)
     }
 
@@ -24,6 +26,12 @@ public struct Systemd {
     /// Listening sockets passed by socket activation (sd_listen_fds(3)), in
     /// the order of the .socket unit, with their `FileDescriptorName=`.
     public let listenFDs: [(fd: Int32, name: String)]
+
+    /// The socket notifications go out on, opened at start and kept:
+    /// sd_notify(3) opens a new one per call, which fails silently with
+    /// EMFILE, so a daemon out of descriptors would stop its watchdog pings
+    /// and be killed for it. nil: an address only sd_notify knows (vsock).
+    var channel: NotifyChannel? = nil
 
     /// Reads the environment once. `LISTEN_*` variables are unset (so no child
     /// could inherit them) and the passed descriptors made close-on-exec.
@@ -45,11 +53,49 @@ public struct Systemd {
             }
         }
         free(names)
-        return Systemd(notifySocket: notify, watchdogUsec: watchdog, listenFDs: fds)
+        let channel = getenv("NOTIFY_SOCKET").flatMap { NotifyChannel(address: String(cString: $0)) }
+        return Systemd(notifySocket: notify, watchdogUsec: watchdog, listenFDs: fds, channel: channel)
     }
 
     /// Whether `fd` is a listening stream socket of the IP family (sd_is_socket_inet(3)).
     static func isListeningInetSocket(_ fd: Int32) -> Bool {
         sd_is_socket_inet(fd, Int32(AF_UNSPEC), Int32(SOCK_STREAM.rawValue), 1, 0) > 0
+    }
+}
+
+/// An AF_UNIX datagram socket for `$NOTIFY_SOCKET` (a path, or `@name` in
+/// the abstract namespace), created once; each notification is one sendto(2)
+/// with no descriptor to allocate.
+final class NotifyChannel {
+    private let fd: Int32
+    private var address = sockaddr_un()
+    private let length: socklen_t
+
+    init?(address text: String) {
+        var path = Array(text.utf8)
+        guard let first = path.first, first == UInt8(ascii: "/") || first == UInt8(ascii: "@") else { return nil }
+        if first == UInt8(ascii: "@") { path[0] = 0 }
+        // A path needs its NUL terminator inside sun_path; an abstract name does not.
+        guard path.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path) }
+        length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (first == UInt8(ascii: "@") ? 0 : 1))
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+    }
+
+    deinit { Sys.close(fd) }
+
+    /// Sends `state` as one datagram; false if it could not be sent.
+    func send(_ state: String) -> Bool {
+        var message = Array(state.utf8)
+        let n = message.withUnsafeMutableBytes { bytes in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), $0, length)
+                }
+            }
+        }
+        return n == message.count
     }
 }

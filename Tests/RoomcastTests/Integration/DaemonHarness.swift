@@ -271,8 +271,10 @@ final class Daemon {
     ///     one `-l 127.0.0.1:PORT` per entry and `--fdname=` the names (`ltb`,
     ///     `json`) instead; it is then only started by the first connection,
     ///     so nothing is awaited. `port` is the first entry's.
+    ///   - descriptorLimit: start it through `/bin/sh -c 'ulimit -n N; exec ...'`
+    ///     (systemd's `LimitNOFILE=N`); the shell execs, so the PID is the daemon's.
     init(_ settings: [String: String] = [:], environment: [String: String] = [:],
-         socketActivation: [(name: String, port: UInt16)] = []) throws {
+         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: Int? = nil) throws {
         directory = try TempDirectory()
         configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
         notify = try NotifySocket(path: directory.path + "/notify")
@@ -287,7 +289,13 @@ final class Daemon {
             self.port = first.port
             return
         }
-        child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
+        if let limit = descriptorLimit {
+            child = try ChildProcess(URL(fileURLWithPath: "/bin/sh"),
+                                     ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", roomcastdURL.path, "--config", configPath],
+                                     environment: env)
+        } else {
+            child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
+        }
         do {
             try waitUntilReady()
         } catch {
@@ -298,7 +306,13 @@ final class Daemon {
 
     deinit {
         notify.stop()
-        // `child`'s deinit stops the daemon; `directory`'s removes the files.
+        // Stop the daemon here (not in `child`'s deinit) so that whatever a
+        // sanitizer prints at exit is read and fails the test that ran it.
+        child.kill(SIGTERM)
+        if child.waitForExit(timeout: .seconds(8)) == nil { child.kill(SIGKILL) }
+        _ = stderr.waitForEOF(timeout: .seconds(2))
+        checkSanitizerReports(stderr.current)
+        // `directory`'s deinit removes the files.
     }
 
     /// Waits for the listening address on stderr and READY=1.
@@ -346,6 +360,16 @@ final class Daemon {
     }
 }
 
+/// Records an issue when a child's stderr holds a sanitizer report (the
+/// binary is ASan-built under `make test-asan`).
+func checkSanitizerReports(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    for marker in ["AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "ThreadSanitizer"] where text.contains(marker) {
+        let start = text.range(of: marker)!.lowerBound
+        Issue.record("roomcastd's stderr has a \(marker) report:\n\(text[start...].prefix(4000))", sourceLocation: sourceLocation)
+        return
+    }
+}
+
 /// Runs roomcastd with `arguments` to completion (10 s at most) and returns
 /// its exit status, stdout and stderr. A fake notify socket is passed so
 /// tests can check that nothing was reported.
@@ -358,5 +382,6 @@ func runRoomcastd(_ arguments: [String]) throws -> (status: Int32?, stdout: Stri
     _ = child.stdout.waitForEOF()
     _ = child.stderr.waitForEOF()
     pause(.milliseconds(20))  // let the notify thread take a last datagram
+    checkSanitizerReports(child.stderr.current)
     return (status, child.stdout.current, child.stderr.current, notify.all)
 }

@@ -6,7 +6,7 @@ import Testing
 
 @Suite("Lifecycle integration (real roomcastd, fake NOTIFY_SOCKET)")
 struct LifecycleIntegrationTests {
-    @Test("READY=1 comes after the port accepts, with STATUS=; WATCHDOG=1 every WATCHDOG_USEC/2")
+    @Test("READY=1 comes after the port accepts, with STATUS=; WATCHDOG=1 every WATCHDOG_USEC/3")
     func readinessStatusAndWatchdog() throws {
         let d = try Daemon(environment: ["WATCHDOG_USEC": "400000"])
         let ready = try #require(d.notify.wait(for: "READY=1"))
@@ -14,7 +14,7 @@ struct LifecycleIntegrationTests {
         // for the daemon to log the accept.
         let client = try d.connect()
         #expect(ready.value("STATUS")?.contains("0 clients") == true, "READY=1 carries STATUS=: \(ready.lines)")
-        #expect(d.stderr.line(with: ["watchdog enabled", "200ms"]) != nil)
+        #expect(d.stderr.line(with: ["watchdog enabled", "133ms"]) != nil)
 
         let windowStart = monotonicMs()
         pause(.milliseconds(1500))
