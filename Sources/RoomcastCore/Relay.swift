@@ -1,19 +1,14 @@
 /// Where the relay puts frames. The server's connection table implements it
-/// by appending to each connection's output buffer; tests record deliveries.
+/// by appending to each recipient's output buffer; tests record deliveries.
 /// The relay never performs I/O itself.
 public protocol FrameSink: AnyObject {
-    /// Announces the start of one broadcast: the `deliver` calls up to the
-    /// next `beginBroadcast` carry the same frame, on behalf of connection
-    /// `sender` (the departing one for a synthesized leave). A sink that
-    /// translates frames for some recipients does it once per broadcast.
-    func beginBroadcast(from sender: Int)
     /// Queues one whole frame (6-byte header + body, exactly as it should go
-    /// on the wire) for connection `id`. `frame` is only valid during the call.
-    func deliver(_ frame: UnsafeRawBufferPointer, to id: Int)
-}
-
-extension FrameSink {
-    public func beginBroadcast(from sender: Int) {}
+    /// on the wire) for every connection in `members` except `except` (-1:
+    /// none), on behalf of connection `sender` (the departing one for a
+    /// synthesized leave). One call per broadcast, so a sink can do per-frame
+    /// work (e.g. a translation) once. `frame` is only valid during the call.
+    /// - Returns: how many connections the frame was queued for.
+    func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int
 }
 
 /// The relay rules that can change on reload (PROTOCOL.md §2-§4).
@@ -229,14 +224,7 @@ public struct Relay {
 
     private func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
         guard rooms.indices.contains(r), !rooms[r].members.isEmpty else { return 0 }
-        sink.beginBroadcast(from: sender)
-        let echo = settings.echo
-        var count = 0
-        for member in rooms[r].members where echo || member != sender {
-            sink.deliver(frame, to: member)
-            count += 1
-        }
-        return count
+        return sink.broadcast(frame, from: sender, to: rooms[r].members, except: settings.echo ? -1 : sender)
     }
 
     /// Sends a synthesized leave of `id` (type leave, body = identity) to

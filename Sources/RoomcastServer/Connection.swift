@@ -39,15 +39,10 @@ struct Connection {
     /// A partial frame carried over between reads (grows with bytes
     /// received, never with the length a header claims).
     var input: [UInt8] = []
-    /// Bytes owed to the peer; `outputStart` of them are already written.
-    var output: [UInt8] = []
-    var outputStart = 0
     /// EPOLLOUT is registered (only while the kernel refused bytes).
     var writeArmed = false
     /// When the pending output first went above `output_soft_bytes`.
     var softSinceMs: UInt64?
-    /// Queued in the table's flush list for this iteration.
-    var flushQueued = false
     /// Why it is being closed (for the log).
     var closeReason = ""
     /// The close is the peer's fault and worth a (rate-limited) warning at
@@ -64,19 +59,36 @@ struct Connection {
         self.dialect = dialect
         self.address = address
     }
+}
+
+/// What a broadcast touches of one connection, kept apart from `Connection`
+/// in a flat array so that a broadcast is one pass under one exclusive
+/// access, copying no connection struct (issue 5's fast path).
+struct Outbox {
+    /// Bytes owed to the peer.
+    var queue = ByteQueue()
+    /// Takes relayed frames: the slot is in use and not marked for close.
+    var accepting = false
+    /// Seed 002's dialect: gets the JSON form of frames.
+    var json = false
+    /// In the table's flush list for this iteration.
+    var queued = false
 
     /// Bytes queued and not yet written.
-    var pendingOutput: Int { output.count - outputStart }
+    var pending: Int { queue.count }
 }
 
 /// All connections in dense slots (ids are slot indices, reused after close
-/// with a new generation). It is the relay's `FrameSink`: a delivery appends
-/// the frame to the recipient's output buffer and queues the connection for
-/// the single flush at the end of the loop iteration. A recipient over the
-/// hard output limit is marked for close, never written to again, and the
-/// broadcast goes on for everyone else (PROTOCOL.md §6).
+/// with a new generation). It is the relay's `FrameSink`: a broadcast appends
+/// the frame (encoded once; translated once for JSON recipients) to each
+/// recipient's output buffer and queues the connection for the single flush
+/// at the end of the loop iteration. A recipient over the hard output limit
+/// is marked for close, never written to again, and the broadcast goes on
+/// for everyone else (PROTOCOL.md §6).
 final class ConnectionTable: FrameSink {
     var slots: [Connection?] = []
+    /// Output state per slot, same indices as `slots`.
+    var outboxes: [Outbox] = []
     private var freeSlots: [Int] = []
     private var generations: [UInt32] = []
     private(set) var count = 0
@@ -98,11 +110,6 @@ final class ConnectionTable: FrameSink {
     /// The relay's rules, to translate frames for JSON clients.
     var relaySettings: RelaySettings
 
-    /// The current broadcast's JSON form, made at most once per broadcast
-    /// (nil inside: the frame has no JSON form).
-    private var translation: [UInt8]??
-    private var broadcastSender = -1
-
     init(outputHardBytes: Int, relaySettings: RelaySettings) {
         self.outputHardBytes = outputHardBytes
         self.relaySettings = relaySettings
@@ -116,10 +123,12 @@ final class ConnectionTable: FrameSink {
         } else {
             id = slots.count
             slots.append(nil)
+            outboxes.append(Outbox())
             generations.append(0)
         }
         generations[id] &+= 1
         slots[id] = Connection(fd: fd, generation: generations[id], dialect: dialect, address: address)
+        outboxes[id] = Outbox(accepting: true, json: dialect == .json)
         count += 1
         if countPerIP { perIP[slots[id]!.ip, default: 0] += 1 }
         return id
@@ -130,6 +139,8 @@ final class ConnectionTable: FrameSink {
         guard let c = slots[id] else { return }
         if countPerIP, let n = perIP[c.ip] { perIP[c.ip] = n > 1 ? n - 1 : nil }
         slots[id] = nil
+        outboxes[id].queue.release()
+        outboxes[id] = Outbox()
         freeSlots.append(id)
         count -= 1
     }
@@ -139,41 +150,53 @@ final class ConnectionTable: FrameSink {
     func markClosing(_ id: Int, reason: String, warn: Bool = false) {
         guard slots[id] != nil, slots[id]!.state != .closing else { return }
         slots[id]!.state = .closing
+        outboxes[id].accepting = false
         slots[id]!.closeReason = reason
         slots[id]!.closeWarns = warn
         closeList.append(id)
     }
 
-    func beginBroadcast(from sender: Int) {
-        translation = nil
-        broadcastSender = sender
-    }
-
-    func deliver(_ frame: UnsafeRawBufferPointer, to id: Int) {
-        guard slots[id] != nil, slots[id]!.state != .closing else { return }
-        if slots[id]!.dialect == .json {
-            if translation == nil {
-                let address = slots.indices.contains(broadcastSender) ? slots[broadcastSender]?.address ?? "" : ""
-                translation = .some(JSONDialect.translate(frame, settings: relaySettings, senderAddress: address))
+    func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {
+        let hard = outputHardBytes
+        var translation: [UInt8]?? = nil  // the JSON form, made at most once
+        var overHard: [Int] = []
+        var newlyQueued: [Int] = []
+        var count = 0
+        outboxes.withUnsafeMutableBufferPointer { boxes in
+            func put(_ bytes: UnsafeRawBufferPointer, _ m: Int) {
+                if boxes[m].pending + bytes.count > hard {
+                    overHard.append(m)
+                    return
+                }
+                boxes[m].queue.append(bytes)
+                count += 1
+                if !boxes[m].queued {
+                    boxes[m].queued = true
+                    newlyQueued.append(m)
+                }
             }
-            guard let json = translation! else { return }
-            json.withUnsafeBytes { append($0, to: id) }
-        } else {
-            append(frame, to: id)
+            for m in members where m != except && boxes[m].accepting {
+                if boxes[m].json {
+                    if translation == nil { translation = .some(self.translate(frame, from: sender)) }
+                    guard let json = translation! else { continue }
+                    json.withUnsafeBytes { put($0, m) }
+                } else {
+                    put(frame, m)
+                }
+            }
         }
+        flushList.append(contentsOf: newlyQueued)
+        for m in overHard {
+            markClosing(m, reason: "slow consumer: \(outboxes[m].pending) bytes pending, the next frame would exceed "
+                        + "output_hard_bytes (\(formatSize(outputHardBytes)))", warn: true)
+        }
+        deliveries &+= UInt64(count)
+        return count
     }
 
-    private func append(_ frame: UnsafeRawBufferPointer, to id: Int) {
-        if slots[id]!.pendingOutput + frame.count > outputHardBytes {
-            markClosing(id, reason: "slow consumer: \(slots[id]!.pendingOutput) bytes pending, the next frame would exceed "
-                        + "output_hard_bytes (\(formatSize(outputHardBytes)))", warn: true)
-            return
-        }
-        slots[id]!.output.append(contentsOf: frame)
-        deliveries &+= 1
-        if !slots[id]!.flushQueued {
-            slots[id]!.flushQueued = true
-            flushList.append(id)
-        }
+    /// The JSON form of an LTB frame for seed-002 clients (nil: none).
+    private func translate(_ frame: UnsafeRawBufferPointer, from sender: Int) -> [UInt8]? {
+        let address = slots.indices.contains(sender) ? slots[sender]?.address ?? "" : ""
+        return JSONDialect.translate(frame, settings: relaySettings, senderAddress: address)
     }
 }

@@ -526,7 +526,7 @@ public final class Server {
     private func peerClosed(_ id: Int) {
         depart(id)
         untrackLiveness(id)
-        if table.slots[id]!.pendingOutput == 0 {
+        if table.outboxes[id].pending == 0 {
             table.markClosing(id, reason: "closed by peer")
             return
         }
@@ -565,33 +565,22 @@ public final class Server {
     /// kernel refused bytes, disarms it when the queue drains.
     private func flush(_ id: Int, now: UInt64) {
         guard table.slots[id] != nil, table.slots[id]!.state != .closing else { return }
-        table.slots[id]!.flushQueued = false
-        guard table.slots[id]!.pendingOutput > 0 else { return }
+        table.outboxes[id].queued = false
+        guard table.outboxes[id].pending > 0 else { return }
         let fd = table.slots[id]!.fd
-        // Move the buffer out of the table so it stays uniquely owned (no copy).
-        var output: [UInt8] = []
-        swap(&output, &table.slots[id]!.output)
-        var start = table.slots[id]!.outputStart
         var failed: Int32 = 0
-        while start < output.count {
-            let from = start
-            let r = output.withUnsafeBytes { Sys.send(fd, $0.baseAddress! + from, $0.count - from) }
-            if case .done(let n) = r { start += n; continue }
-            if case .failed(let e) = r { failed = e }
-            break
+        var pending = table.outboxes[id].pending
+        while pending > 0 {
+            let r = table.outboxes[id].queue.withReadableBytes { Sys.send(fd, $0.baseAddress!, $0.count) }
+            guard case .done(let n) = r else {
+                if case .failed(let e) = r { failed = e }
+                break
+            }
+            // A drained queue keeps a small buffer for the next iteration (no
+            // malloc per broadcast in steady state) and gives large ones back.
+            table.outboxes[id].queue.consume(n, keepCapacity: Self.retainedOutputBytes)
+            pending -= n
         }
-        let pending = output.count - start
-        if pending == 0 {
-            // Keep a small buffer for the next iteration (no malloc per
-            // broadcast in steady state); give large ones back.
-            output.removeAll(keepingCapacity: output.capacity <= Self.retainedOutputBytes)
-            start = 0
-        } else if start >= 64 * 1024 && start * 2 >= output.count {
-            output.removeSubrange(0..<start)
-            start = 0
-        }
-        swap(&output, &table.slots[id]!.output)
-        table.slots[id]!.outputStart = start
         if failed != 0 {
             table.markClosing(id, reason: SystemError("send", errno: failed).description)
             return
@@ -671,7 +660,7 @@ public final class Server {
             draining.removeAll { id in
                 guard let c = table.slots[id], c.state == .draining else { return true }
                 if now >= c.drainDeadlineMs {
-                    table.markClosing(id, reason: "drain timeout with \(c.pendingOutput) bytes unsent")
+                    table.markClosing(id, reason: "drain timeout with \(table.outboxes[id].pending) bytes unsent")
                     return true
                 }
                 return false
@@ -700,13 +689,14 @@ public final class Server {
         let window = config.limits.outputSoftMs
         overSoft.removeAll { id in
             guard let c = table.slots[id], c.state != .closing, let since = c.softSinceMs else { return true }
-            if c.pendingOutput <= soft {
+            let pending = table.outboxes[id].pending
+            if pending <= soft {
                 table.slots[id]!.softSinceMs = nil
                 return true
             }
             guard now &- since >= window else { return false }
             logger.peerWarning(kind: "slow-consumer", nowMs: now,
-                               "\(c.address): slow consumer, \(c.pendingOutput) bytes pending for \(formatDuration(ms: now - since)); closing",
+                               "\(c.address): slow consumer, \(pending) bytes pending for \(formatDuration(ms: now - since)); closing",
                                ["CLIENT_ADDR": c.address, "REASON": "output_soft_limit", "ROOM": relay.room(of: id) ?? ""])
             table.markClosing(id, reason: "slow consumer: output above output_soft_bytes (\(formatSize(soft))) for \(formatDuration(ms: window))")
             return true
@@ -828,7 +818,7 @@ public final class Server {
             guard let c = table.slots[id], c.state == .open else { continue }
             // Everybody is leaving: no synthesized leaves to a room about to close.
             table.slots[id]!.departed = true
-            if c.pendingOutput == 0 {
+            if table.outboxes[id].pending == 0 {
                 table.markClosing(id, reason: "daemon stopping")
             } else {
                 startDraining(id, now: now)

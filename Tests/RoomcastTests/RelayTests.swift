@@ -4,7 +4,11 @@ import Testing
 /// Records every delivery as (recipient, frame bytes).
 final class RecordingSink: FrameSink {
     var deliveries: [(id: Int, frame: [UInt8])] = []
-    func deliver(_ frame: UnsafeRawBufferPointer, to id: Int) { deliveries.append((id, Array(frame))) }
+    func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {
+        let recipients = members.filter { $0 != except }
+        for id in recipients { deliveries.append((id, Array(frame))) }
+        return recipients.count
+    }
     func frames(to id: Int) -> [[UInt8]] { deliveries.filter { $0.id == id }.map(\.frame) }
     func recipients() -> [Int] { deliveries.map(\.id).sorted() }
     func reset() { deliveries.removeAll() }
