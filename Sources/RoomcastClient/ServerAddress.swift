@@ -1,5 +1,6 @@
 import CShim
 import Glibc
+import RoomcastCore
 
 /// Where the daemon listens: a host (IPv4, IPv6 or a name) and a TCP port.
 public struct ServerAddress: Equatable, Hashable, Sendable, CustomStringConvertible {
@@ -21,24 +22,7 @@ public struct ServerAddress: Equatable, Hashable, Sendable, CustomStringConverti
     /// `localhost:9898`). Returns nil without a port, for a port over 65535,
     /// or for an IPv6 address without brackets.
     public static func parse(_ text: String) -> ServerAddress? {
-        let host: Substring
-        let port: Substring
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { return nil }
-            host = text[text.index(after: text.startIndex)..<close]
-            let rest = text[text.index(after: close)...]
-            guard rest.hasPrefix(":") else { return nil }
-            port = rest.dropFirst()
-        } else {
-            guard let colon = text.lastIndex(of: ":") else { return nil }
-            host = text[..<colon]
-            port = text[text.index(after: colon)...]
-            if host.contains(":") { return nil }  // IPv6 needs brackets
-        }
-        guard !host.isEmpty, !host.contains("\0"), !port.isEmpty, port.count <= 5,
-              port.allSatisfy({ $0.isASCII && $0.isNumber }), let number = UInt16(port)
-        else { return nil }
-        return ServerAddress(host: String(host), port: number)
+        splitHostPort(text).map { ServerAddress(host: String($0.host), port: $0.port) }
     }
 
     /// `127.0.0.1:9898` or `[::1]:9898`; accepted by `parse(_:)`.

@@ -55,34 +55,45 @@ public struct ListenAddress: Equatable, Hashable, Sendable, CustomStringConverti
     /// and stored canonicalised. Returns nil for anything else, including
     /// host names, an IPv6 address without brackets and IPv6 zone ids.
     public static func parse(_ s: String) -> ListenAddress? {
-        let hostPart: Substring
-        let portPart: Substring
-        let v6: Bool
-        if s.hasPrefix("[") {
-            guard let close = s.firstIndex(of: "]") else { return nil }
-            hostPart = s[s.index(after: s.startIndex)..<close]
-            let rest = s[s.index(after: close)...]
-            guard rest.hasPrefix(":") else { return nil }
-            portPart = rest.dropFirst()
-            v6 = true
-        } else {
-            guard let colon = s.lastIndex(of: ":") else { return nil }
-            hostPart = s[..<colon]
-            portPart = s[s.index(after: colon)...]
-            v6 = false
-        }
-        let portBytes = Array(portPart.utf8)
-        guard portBytes.count <= 5, let (port, end) = scanDigits(portBytes, from: 0),
-              end == portBytes.count, port <= 65535,
-              let host = canonicalAddress(String(hostPart), v6: v6)
+        guard let (host, port, bracketed) = splitHostPort(s),
+              let canonical = canonicalAddress(String(host), v6: bracketed)
         else { return nil }
-        return ListenAddress(host: host, port: UInt16(port), isIPv6: v6)
+        return ListenAddress(host: canonical, port: port, isIPv6: bracketed)
     }
 
     /// `1.2.3.4:9898` or `[::1]:9898`; accepted by ``parse(_:)``.
     public var description: String {
         isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
+}
+
+/// Splits `HOST:PORT` or `[HOST]:PORT` (the brackets IPv6 needs). The port
+/// is 0 ... 65535 in decimal, at most 5 digits; the host is non-empty, has no
+/// NUL, and has no `:` unless bracketed. Shared by the daemon's listen
+/// addresses and the client's `--server`.
+/// - Returns: the host (without brackets), the port, and whether the host
+///   was bracketed; nil for anything else.
+public func splitHostPort(_ s: String) -> (host: Substring, port: UInt16, bracketed: Bool)? {
+    let host: Substring
+    let portPart: Substring
+    let bracketed = s.hasPrefix("[")
+    if bracketed {
+        guard let close = s.firstIndex(of: "]") else { return nil }
+        host = s[s.index(after: s.startIndex)..<close]
+        let rest = s[s.index(after: close)...]
+        guard rest.hasPrefix(":") else { return nil }
+        portPart = rest.dropFirst()
+    } else {
+        guard let colon = s.lastIndex(of: ":") else { return nil }
+        host = s[..<colon]
+        portPart = s[s.index(after: colon)...]
+        if host.contains(":") { return nil }
+    }
+    let digits = Array(portPart.utf8)
+    guard !host.isEmpty, !host.utf8.contains(0), digits.count <= 5,
+          let (port, end) = scanDigits(digits, from: 0), end == digits.count, port <= 65535
+    else { return nil }
+    return (host, UInt16(port), bracketed)
 }
 
 /// Validates a numeric address with inet_pton and returns inet_ntop's form.

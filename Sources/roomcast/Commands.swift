@@ -61,7 +61,14 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
                 client.close()
             }
         case .disconnected(let error) where !echoed && failure == nil:
-            failure = error == .closedByPeer ? "rejected: the daemon closed the connection before relaying the message" : "\(error)"
+            // The daemon closing on us arrives as EOF, or as a reset when it
+            // closed with our bytes still unread: both mean it refused them.
+            switch error {
+            case .closedByPeer, .system(_, ECONNRESET):
+                failure = "rejected: the daemon closed the connection before relaying the message"
+            default:
+                failure = "\(error)"
+            }
         case .closed:
             if echoed && failure == nil {
                 status = 0

@@ -3,19 +3,6 @@ import Testing
 
 // Tests for TimingWheel (PROTOCOL.md §5). Time is injected: nothing sleeps.
 
-/// SplitMix64: a tiny seeded PRNG so property tests are reproducible.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// The deadline rounded up to the tick boundary at which it fires.
 private func roundUp(_ deadline: UInt64, _ tick: UInt64) -> UInt64 {
     (deadline + tick - 1) / tick * tick
@@ -160,7 +147,7 @@ private func advance(_ wheel: inout TimingWheel, to now: UInt64) -> Set<Int> {
 
     @Test func bigTimeJumpsVisitEachBucketOnce() {
         var w = TimingWheel(tickMs: 10, slotCount: 16, startMs: 0)
-        var rng = SplitMix64(seed: 7)
+        var rng = SeededGenerator(state: 7)
         var expected: [Int: UInt64] = [:]
         for id in 0..<1000 {
             let d = rng.next() % 100_000
@@ -262,7 +249,7 @@ private func advance(_ wheel: inout TimingWheel, to now: UInt64) -> Set<Int> {
     @Test func hundredThousandIds() {
         let tick: UInt64 = 100
         var w = TimingWheel(tickMs: tick, slotCount: 512, startMs: 1_000)
-        var rng = SplitMix64(seed: 42)
+        var rng = SeededGenerator(state: 42)
         let n = 100_000
         var deadlines = [UInt64](repeating: 0, count: n)
         for id in 0..<n {
@@ -342,7 +329,7 @@ private func advance(_ wheel: inout TimingWheel, to now: UInt64) -> Set<Int> {
     @Test(arguments: zip([10, 7, 100, 1, 3] as [UInt64], [8, 5, 512, 1, 64]))
     func matchesReferenceModel(tick: UInt64, slots: Int) {
         for seed in 1...6 as ClosedRange<UInt64> {
-            var rng = SplitMix64(seed: seed &* 0x1234_5678 &+ tick)
+            var rng = SeededGenerator(state: seed &* 0x1234_5678 &+ tick)
             let start = 1_000 + rng.next() % 1_000
             let turn = tick * UInt64(slots)
             var w = TimingWheel(tickMs: tick, slotCount: slots, startMs: start)
