@@ -31,7 +31,12 @@ struct Connection {
     /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
     let address: String
     /// The peer's IP address alone (`1.2.3.4`, `[::1]`), for `max_clients_per_ip`.
-    var ip: Substring { address[..<(address.lastIndex(of: ":") ?? address.endIndex)] }
+    var ip: Substring { Self.ip(of: address) }
+
+    /// The IP part of a `1.2.3.4:P` or `[::1]:P` peer address.
+    static func ip(of address: String) -> Substring {
+        address[..<(address.lastIndex(of: ":") ?? address.endIndex)]
+    }
     /// Rate limits (`[limits] frames_per_second`, `bytes_per_second`); nil: off.
     var frameBucket: TokenBucket?
     var byteBucket: TokenBucket?

@@ -268,7 +268,7 @@ public final class Server {
                 continue
             }
             let perIP = config.server.maxClientsPerIP
-            if perIP > 0, let ip = address.lastIndex(of: ":").map({ address[..<$0] }), table.perIP[ip, default: 0] >= perIP {
+            if perIP > 0, case let ip = Connection.ip(of: address), table.perIP[ip, default: 0] >= perIP {
                 Sys.close(fd)
                 logger.peerWarning(kind: "max-clients-per-ip", nowMs: now,
                                    "refused \(address): server.max_clients_per_ip (\(perIP)) reached for \(ip)",
