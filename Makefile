@@ -4,6 +4,7 @@
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
 #   make test         install missing Debian deps, build, run every test, check the unit files
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
+#   make fuzz         run each libFuzzer target for FUZZ_SECONDS (default 60)
 #
 # Paths: the binary goes to $(BINDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
 # /usr/local/lib/systemd/system is on systemd's unit search path, and /etc/systemd/system
@@ -26,7 +27,12 @@ SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps run test check-units check-config static install uninstall clean
+# libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   ?= .build-fuzz
+
+.PHONY: all build deps run test check-units check-config static install uninstall clean fuzz
 
 all: build
 
@@ -95,5 +101,22 @@ uninstall:
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
+# Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
+# ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
+# make; its input is left in $(FUZZ_BUILD)/artifacts/ and becomes a unit test.
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+	    $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD) \
+	        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library 2>&1 | grep -v 'Cannot export local symbol' ; \
+	done
+	@mkdir -p $(FUZZ_BUILD)/artifacts
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_BUILD)/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
+	        -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	        -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- 2>&1 | grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|dictionary|^"' ; \
+	done
+
 clean:
-	rm -rf .build .build-static
+	rm -rf .build .build-static $(FUZZ_BUILD)

@@ -24,6 +24,11 @@ let package = Package(
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
+        // libFuzzer targets (`make fuzz`, notes/swift-linux.md §7): each one file
+        // holding only LLVMFuzzerTestOneInput; a plain build makes no-op binaries.
+        .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
+        .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
+        .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
         .testTarget(
             name: "RoomcastTests",
             dependencies: ["RoomcastCore", "RoomcastServer", "roomcastd"],
