@@ -24,6 +24,10 @@ let package = Package(
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
+        // The chaos soak (`make soak`): ~2,000 loopback clients against the roomcastd built beside it.
+        // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
+        .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
         // libFuzzer targets (`make fuzz`, notes/swift-linux.md §7): each one file
         // holding only LLVMFuzzerTestOneInput; a plain build makes no-op binaries.
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
