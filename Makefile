@@ -85,7 +85,7 @@ test-asan: deps
 	@mkdir -p $(ASAN_BUILD)
 	@printf 'leak:libXCTest.so\nleak:libFoundation.so\n' > $(ASAN_BUILD)/lsan.supp
 	$(SWIFT) build --build-tests --sanitize=address --build-path $(ASAN_BUILD) 2>&1 | grep -v 'Cannot export local symbol'
-	LSAN_OPTIONS=suppressions=$(CURDIR)/$(ASAN_BUILD)/lsan.supp ROOMCAST_SANITIZER=address ROOMCAST_SLOW_TESTS=1 \
+	LSAN_OPTIONS=suppressions=$(abspath $(ASAN_BUILD))/lsan.supp ROOMCAST_SANITIZER=address ROOMCAST_SLOW_TESTS=1 \
 	    $(SWIFT) test --skip-build --sanitize=address --build-path $(ASAN_BUILD)
 
 # Release builds of roomcastd and the soak driver, which starts the roomcastd beside it.
