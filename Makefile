@@ -127,11 +127,25 @@ uninstall:
 # Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
 # ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
 # make; its input is left in $(FUZZ_BUILD)/artifacts/ and becomes a unit test.
-fuzz:
-	@for t in $(FUZZ_TARGETS); do \
+# An incremental rebuild once produced binaries without coverage instrumentation
+# ("no interesting inputs ... Is the code instrumented?"): each binary is checked
+# for coverage on its seeds (INITED cov:), and the build redone from clean if not.
+FUZZ_BUILD_ALL = for t in $(FUZZ_TARGETS); do \
 	    $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD) \
 	        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library 2>&1 | grep -v 'Cannot export local symbol' ; \
 	done
+FUZZ_INSTRUMENTED = for t in $(FUZZ_TARGETS); do \
+	    $(FUZZ_BUILD)/release/$$t -runs=0 Tests/Fuzz/corpus/$$t 2>&1 | grep 'INITED cov:' >/dev/null || exit 1; \
+	done
+
+fuzz:
+	@$(FUZZ_BUILD_ALL)
+	@if ! ( $(FUZZ_INSTRUMENTED) ); then \
+	    echo "fuzz: a fuzzer has no coverage instrumentation: rebuilding from clean"; \
+	    rm -rf $(FUZZ_BUILD)/release $(FUZZ_BUILD)/x86_64-unknown-linux-gnu/release; \
+	    $(FUZZ_BUILD_ALL); \
+	    ( $(FUZZ_INSTRUMENTED) ) || { echo "fuzz: still not instrumented"; exit 1; }; \
+	fi
 	@mkdir -p $(FUZZ_BUILD)/artifacts
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
