@@ -2,11 +2,15 @@
 #
 #   make              release build (.build/release/roomcastd)
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
-#   make test         install missing Debian deps, build, run every test, check the unit files
+#   make test         install missing Debian deps, build, run every test (the slow hostile
+#                     suites included), check the unit files
+#   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
+#   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
 #                     and checks install, socket activation, status, journal, reload,
 #                     watchdog, stop and the units (systemd/test-systemd.py); needs root
+#   make fuzz         run each libFuzzer target for FUZZ_SECONDS (default 60)
 #
 # Paths: the binaries (roomcastd, and the roomcast client) go to $(BINDIR), the man pages to $(MANDIR),
 # the units to $(UNITDIR) (PREFIX/lib/systemd/system:
@@ -41,7 +45,16 @@ SHELL       := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps deps-systemd run test test-systemd check-units check-man check-config man static install uninstall clean
+# libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   ?= .build-fuzz
+
+ASAN_BUILD   ?= .build-asan
+SOAK_SECONDS ?= 60
+SOAK_CLIENTS ?= 2000
+
+.PHONY: all build deps deps-systemd run test test-asan test-systemd soak fuzz check-units check-man check-config man static install uninstall clean
 
 all: build
 
@@ -86,9 +99,25 @@ run: deps
 test: deps
 	$(SWIFT) build -c release
 	$(SWIFT) build --build-tests
-	$(SWIFT) test
+	ROOMCAST_SLOW_TESTS=1 $(SWIFT) test
 	systemd/check-units.sh
 	$(MAKE) --no-print-directory check-man
+
+# LeakSanitizer is told to ignore only what leaks inside XCTest and Foundation
+# (notes/swift-linux.md §7). The roomcastd the integration tests spawn is the
+# ASan build too; a report on its stderr fails the test that ran it.
+test-asan: deps
+	@mkdir -p $(ASAN_BUILD)
+	@printf 'leak:libXCTest.so\nleak:libFoundation.so\n' > $(ASAN_BUILD)/lsan.supp
+	$(SWIFT) build --build-tests --sanitize=address --build-path $(ASAN_BUILD) 2>&1 | grep -v 'Cannot export local symbol'
+	LSAN_OPTIONS=suppressions=$(abspath $(ASAN_BUILD))/lsan.supp ROOMCAST_SANITIZER=address ROOMCAST_SLOW_TESTS=1 \
+	    $(SWIFT) test --skip-build --sanitize=address --build-path $(ASAN_BUILD)
+
+# Release builds of roomcastd and the soak driver, which starts the roomcastd beside it.
+soak:
+	$(SWIFT) build -c release --product roomcastd
+	$(SWIFT) build -c release --product roomcast-soak
+	.build/release/roomcast-soak --seconds $(SOAK_SECONDS) --clients $(SOAK_CLIENTS)
 
 check-units:
 	systemd/check-units.sh
@@ -158,5 +187,36 @@ uninstall:
 	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
+# Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
+# ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
+# make; its input is left in $(FUZZ_BUILD)/artifacts/ and becomes a unit test.
+# An incremental rebuild once produced binaries without coverage instrumentation
+# ("no interesting inputs ... Is the code instrumented?"): each binary is checked
+# for coverage on its seeds (INITED cov:), and the build redone from clean if not.
+FUZZ_BUILD_ALL = for t in $(FUZZ_TARGETS); do \
+	    $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD) \
+	        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library 2>&1 | grep -v 'Cannot export local symbol' ; \
+	done
+FUZZ_INSTRUMENTED = for t in $(FUZZ_TARGETS); do \
+	    $(FUZZ_BUILD)/release/$$t -runs=0 Tests/Fuzz/corpus/$$t 2>&1 | grep 'INITED cov:' >/dev/null || exit 1; \
+	done
+
+fuzz:
+	@$(FUZZ_BUILD_ALL)
+	@if ! ( $(FUZZ_INSTRUMENTED) ); then \
+	    echo "fuzz: a fuzzer has no coverage instrumentation: rebuilding from clean"; \
+	    rm -rf $(FUZZ_BUILD)/release $(FUZZ_BUILD)/x86_64-unknown-linux-gnu/release; \
+	    $(FUZZ_BUILD_ALL); \
+	    ( $(FUZZ_INSTRUMENTED) ) || { echo "fuzz: still not instrumented"; exit 1; }; \
+	fi
+	@mkdir -p $(FUZZ_BUILD)/artifacts
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_BUILD)/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
+	        -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	        -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- 2>&1 | grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|dictionary|^"' ; \
+	done
+
 clean:
-	rm -rf .build .build-static
+	rm -rf .build .build-static $(FUZZ_BUILD) $(ASAN_BUILD)

@@ -33,6 +33,15 @@ let package = Package(
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
         // The command-line client (chat, send, listen).
         .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim"]),
+        // The chaos soak (`make soak`): ~2,000 loopback clients against the roomcastd built beside it.
+        // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
+        .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
+        // libFuzzer targets (`make fuzz`, notes/swift-linux.md §7): each one file
+        // holding only LLVMFuzzerTestOneInput; a plain build makes no-op binaries.
+        .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
+        .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
+        .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
         .testTarget(
             name: "RoomcastTests",
             dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast"],

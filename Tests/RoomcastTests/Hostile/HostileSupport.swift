@@ -9,6 +9,14 @@ import Testing
 /// a plain `swift test` skips them.
 let slowTestsEnabled = ProcessInfo.processInfo.environment["ROOMCAST_SLOW_TESTS"].map { $0 != "" && $0 != "0" } ?? false
 
+/// The sanitizer the daemon and the tests were built with (`make test-asan`
+/// sets ROOMCAST_SANITIZER=address), or nil.
+let sanitizer = ProcessInfo.processInfo.environment["ROOMCAST_SANITIZER"].flatMap { $0.isEmpty ? nil : $0 }
+
+/// Memory bounds are multiplied by this: ASan's shadow memory and quarantine
+/// (freed blocks kept for 256 MiB) inflate RSS without any leak of ours.
+let rssBoundFactor = sanitizer == nil ? 1 : 8
+
 /// Figures of one process read from /proc/PID.
 enum ProcStats {
     /// VmRSS from /proc/PID/status, in KiB (nil once the process is gone).
