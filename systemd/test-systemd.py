@@ -219,7 +219,8 @@ class State:
 def test_install(t, stage):
     for path in ["usr/local/bin/roomcastd", "usr/local/lib/systemd/system/roomcastd.service",
                  "usr/local/lib/systemd/system/roomcastd-standalone.service",
-                 "usr/local/lib/systemd/system/roomcastd.socket",
+                 "usr/local/lib/systemd/system/roomcastd.socket", "usr/local/lib/systemd/system/roomcastd-json.socket",
+                 "usr/local/share/man/man1/roomcast.1", "usr/local/bin/roomcast",
                  "usr/local/share/man/man8/roomcastd.8", "usr/local/share/man/man5/roomcastd.conf.5",
                  "etc/roomcast/roomcastd.conf"]:
         t.check(f"make install put /{path} in the container", run("test", "-f", "/" + path, check=False).returncode == 0)
@@ -494,9 +495,48 @@ def test_stop(t, stage):
     reader.close()
 
 
+def test_json_socket(t, stage):
+    """Issue 6: roomcastd-json.socket hands seed 002's JSON listener to the
+    same service (FileDescriptorName=json), bridged into the LTB rooms."""
+    write_config(stage, "")  # the defaults again: echo = yes
+    jport = free_port()
+    write_file("/etc/systemd/system/roomcastd-json.socket.d/test.conf",
+               f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{jport}\n")
+    run("systemctl", "daemon-reload")
+    p = run("systemctl", "enable", "--now", "roomcastd-json.socket", check=False)
+    t.check("systemctl enable --now roomcastd-json.socket", p.returncode == 0, p.stderr.strip())
+    t.check("the service is not started before a client comes", show(UNIT, "ActiveState")["ActiveState"] == "inactive")
+    j = socket.create_connection(("127.0.0.1", jport), timeout=5)
+    body = json.dumps({"cmd": "nickname", "nickname": "guest232"}, indent=2).encode()
+    j.sendall(struct.pack("<I", len(body)) + body)
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack("<I", buf[:4])[0]:
+        chunk = j.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    reply = json.loads(buf[4:4 + struct.unpack("<I", buf[:4])[0]]) if len(buf) >= 4 else {}
+    t.check("a JSON client starts the service and gets its own join back",
+            reply.get("cmd") == "join" and reply.get("nickname") == "guest232", repr(buf[:200]))
+    ltb = Client(State.port)
+    ltb.send(TEXT, field(1, user_info("alice")) + field(2, "hi json"))
+    buf = b""
+    while len(buf) < 4 or len(buf) < 4 + struct.unpack("<I", buf[:4])[0]:
+        buf += j.recv(4096)
+    msg = json.loads(buf[4:4 + struct.unpack("<I", buf[:4])[0]])
+    t.check("an LTB text reaches the JSON client as msg", msg == {"cmd": "msg", "from": "alice", "content": "hi json"}, str(msg))
+    recs = eventually(lambda: find(journal(), "(json)"))
+    t.check("the daemon logged the JSON listener from systemd", bool(recs), "no 'listening on ... (json)' record")
+    j.close()
+    ltb.close()
+    run("systemctl", "disable", "--now", "roomcastd-json.socket")
+    run("systemctl", "stop", UNIT)
+
+
 def test_verify(t):
     """Item 7: systemd-analyze verify prints nothing for the units; security scores."""
-    p = run("systemd-analyze", "verify", "--man=no", "roomcastd.socket", UNIT, "roomcastd-standalone.service", check=False)
+    p = run("systemd-analyze", "verify", "--man=no", "roomcastd.socket", "roomcastd-json.socket", UNIT,
+            "roomcastd-standalone.service", check=False)
     out = (p.stdout + p.stderr).strip()
     t.check("systemd-analyze verify (installed units, inside the container) prints nothing", out == "" and p.returncode == 0, out)
     for unit, limit in ((UNIT, 1.0), ("roomcastd-standalone.service", 1.5)):
@@ -540,6 +580,7 @@ def main():
         t.section("4. reload", test_reload, args.stage)
         t.section("5. watchdog", test_watchdog)
         t.section("6. graceful stop", test_stop, args.stage)
+        t.section("JSON listener through roomcastd-json.socket", test_json_socket, args.stage)
     t.section("7. systemd-analyze verify and security", test_verify)
     t.section("self-binding roomcastd-standalone.service", test_standalone, args.stage)
     sys.exit(t.summary())

@@ -42,6 +42,9 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     var failure: String?
     var echoed = false
     var client: RoomcastClient!
+    // The handlers below capture `client`, and the client holds them: break
+    // the cycle on the way out (LeakSanitizer reports it otherwise).
+    defer { client = nil }
     client = RoomcastClient(loop: loop, configuration: configuration, onEvent: { event in
         guard !echoed, event == expected else { return }
         echoed = true  // relayed: the daemon sent it back byte for byte
@@ -112,6 +115,9 @@ func runListen(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     var lastError: ClientError?
     var expectOwnJoin = false
     var client: RoomcastClient!
+    // The handlers below capture `client`, and the client holds them: break
+    // the cycle on the way out (LeakSanitizer reports it otherwise).
+    defer { client = nil }
 
     func stop() {
         guard !stopping else { return }
@@ -185,6 +191,9 @@ func runChat(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     var endOfInput = false
     var outbox: [String] = []
     var client: RoomcastClient!
+    // The handlers below capture `client`, and the client holds them: break
+    // the cycle on the way out (LeakSanitizer reports it otherwise).
+    defer { client = nil }
 
     func say(_ text: String) { editor.printAbove("* " + text, fd: 2) }
 
