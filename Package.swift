@@ -6,6 +6,7 @@ let package = Package(
     name: "roomcast",
     products: [
         .executable(name: "roomcastd", targets: ["roomcastd"]),
+        .executable(name: "roomcast-bench", targets: ["roomcast-bench"]),
         .library(name: "RoomcastCore", targets: ["RoomcastCore"]),
     ],
     targets: [
@@ -24,6 +25,9 @@ let package = Package(
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "CShim", "CSystemd"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
+        // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
+        // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
+        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
             dependencies: ["RoomcastCore", "RoomcastServer", "roomcastd"],
