@@ -51,6 +51,7 @@ final class Engine {
     private let events: UnsafeMutablePointer<epoll_event>
     private var address = sockaddr_in()
     private let heartbeatBytes: [UInt8]
+    static let connectBurst = 64
 
     // Publishers (closed-loop window state: ring of per-frame receipt counts).
     private(set) var publisherIDs: [Int] = []
@@ -160,8 +161,12 @@ final class Engine {
 
     var allLaunchedOpen: Bool { launchNext >= launchLimit && inflight == 0 }
 
+    /// Starts at most `connectBurst` connects per loop iteration, so a storm
+    /// never stalls the probe room's sends and reads for long.
     private func startConnects() {
-        while launchNext < launchLimit && (inflightLimit == 0 || inflight < inflightLimit) {
+        var budget = Self.connectBurst
+        while budget > 0 && launchNext < launchLimit && (inflightLimit == 0 || inflight < inflightLimit) {
+            budget -= 1
             let id = launchNext
             launchNext += 1
             connect(id)
@@ -215,7 +220,6 @@ final class Engine {
             hello.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
             flush(id)
         }
-        startConnects()
     }
 
     private func name(of id: Int) -> String {
@@ -265,7 +269,7 @@ final class Engine {
         let need = c.pointee.outLen + n
         if need > c.pointee.outCap {
             let live = c.pointee.outLen - c.pointee.outStart
-            let cap = max(need - c.pointee.outStart, 2 * c.pointee.outCap, 4096)
+            let cap = max(need - c.pointee.outStart, 2 * c.pointee.outCap, 256)
             let p = UnsafeMutableRawPointer.allocate(byteCount: cap, alignment: 16)
             if let old = c.pointee.out {
                 p.copyMemory(from: old + c.pointee.outStart, byteCount: live)
@@ -324,6 +328,7 @@ final class Engine {
             let now = monotonicNs()
             timeout = next <= now ? 0 : min(timeout, Int32((next - now + 999_999) / 1_000_000))
         }
+        if launchNext < launchLimit && (inflightLimit == 0 || inflight < inflightLimit) { timeout = 0 }
         let n = epoll_wait(epfd, events, Int32(eventCap), timeout)
         if n < 0 && errno != EINTR { fatal("epoll_wait: \(String(cString: strerror(errno)))") }
         if n > 0 {
@@ -344,6 +349,7 @@ final class Engine {
             }
         }
         if sending { sendDue() }
+        if launchNext < launchLimit { startConnects() }
         let now = monotonicNs()
         if now &- lastPeriodicNs >= 5_000_000 {
             lastPeriodicNs = now

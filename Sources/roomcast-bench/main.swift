@@ -142,8 +142,8 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
         engine.inflightLimit = o.stormInflight
         engine.inStorm = true
         let s0 = now()
+        engine.launch(upTo: engine.count)
         stormDone = engine.run(seconds: o.duration) { engine.allLaunchedOpen && extrasReady(o.connections) }
-        if engine.count > mainCount && !stormDone { engine.launch(upTo: engine.count) }
         stormSeconds = now() - s0
         engine.inStorm = false
         engine.run(seconds: 1)
