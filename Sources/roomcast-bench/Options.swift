@@ -227,7 +227,7 @@ struct Options {
         case .custom:
             break
         case .fanout:
-            members = 1_000; publishers = 1; size = 64; window = 32; rate = nil; duration = 10
+            members = 1_000; publishers = 1; size = 64; window = 128; rate = nil; duration = 10
         case .latency:
             members = 5_000; publishers = 1; size = 64; rate = 200; duration = 10
         case .large:

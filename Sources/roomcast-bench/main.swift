@@ -193,7 +193,13 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     let genCPU = 100 * (self1 - self0) / secs
     r.add("gen_cpu_pct", "generator CPU", .double(genCPU, digits: 1), "% of a core")
     r.add("gen_bound", "generator-bound (CPU >= 90%)", .bool(genCPU >= 90))
-    if let cpu0, let cpu1 { r.add("server_cpu_pct", "server CPU", .double(100 * (cpu1 - cpu0) / secs, digits: 1), "% of a core") }
+    if let cpu0, let cpu1 {
+        r.add("server_cpu_pct", "server CPU", .double(100 * (cpu1 - cpu0) / secs, digits: 1), "% of a core")
+        // Deliveries per CPU-second the server actually got: steadier than
+        // deliveries/s on a machine whose cores are shared with other work.
+        let per = cpu1 > cpu0 ? Double(engine.measuredDeliveries) / (cpu1 - cpu0) : 0
+        r.add("deliveries_per_server_cpu_s", "deliveries per server CPU-second", .double(per, digits: 0))
+    }
     if let rssBefore { r.add("server_rss_before_kib", "server RSS before", .int(rssBefore), "KiB") }
     if let rssAfter { r.add("server_rss_after_kib", "server RSS after", .int(rssAfter), "KiB") }
     if let stormSeconds {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# make bench: every workload of issue 5 against a release roomcastd and, when
+# redis-server is (or can be) installed, against Redis pub/sub in the same run.
+# Prints one table with both servers and the ratios; keeps the raw JSON lines
+# in bench/results/latest.jsonl and the table in bench/results/latest.md.
+#
+#   bench/run.sh                 all workloads (about 4-5 minutes plus the build)
+#   bench/run.sh fanout latency  only those (idle fanout latency large storm)
+#   BENCH_QUICK=1 bench/run.sh   shorter runs, for a smoke test
+source "$(dirname "$0")/lib.sh"
+
+WORKLOADS=("$@")
+[ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(idle fanout latency large storm)
+# Idle goes first, while both servers are fresh: their RSS then is the baseline.
+if [[ " ${WORKLOADS[*]} " == *" idle "* ]]; then
+    rest=(); for w in "${WORKLOADS[@]}"; do [ "$w" = idle ] || rest+=("$w"); done
+    WORKLOADS=(idle "${rest[@]}")
+fi
+if [ "${BENCH_QUICK:-}" = 1 ]; then
+    DUR=(--duration 3); IDLE=(--connections 5000 --rss-steps 1000 --duration 10)
+else
+    DUR=(); IDLE=()
+fi
+
+build
+mkdir -p "$RESULTS"
+OUT=$RESULTS/run-$(date -u +%Y%m%dT%H%M%SZ).jsonl
+machine_json >"$OUT"
+
+TARGETS=(roomcast)
+if ensure_redis; then TARGETS+=(redis); else log "redis-server not available: roomcastd only"; fi
+
+start_roomcastd
+[[ " ${TARGETS[*]} " == *" redis "* ]] && start_redis
+
+for w in "${WORKLOADS[@]}"; do
+    for t in "${TARGETS[@]}"; do
+        log "$w: $t"
+        case $w in
+            idle) bench_run "$t" --mode idle "${IDLE[@]}" >>"$OUT" ;;
+            fanout|latency|large) bench_run "$t" --mode "$w" "${DUR[@]}" >>"$OUT" ;;
+            storm) bench_run "$t" --mode storm >>"$OUT" ;;
+            *) log "unknown workload $w"; exit 64 ;;
+        esac
+    done
+done
+
+cp "$OUT" "$RESULTS/latest.jsonl"
+python3 "$ROOT/bench/table.py" "$OUT" --markdown "$RESULTS/latest.md"
+log "raw results: $OUT"

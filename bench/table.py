@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Turns the JSON lines of one bench/run.sh run into the comparison table.
+
+    table.py RUN.jsonl [--markdown OUT.md]
+
+Each row is one figure of one workload: roomcastd, Redis, the ratio
+roomcastd/Redis, and issue 5's target. Standard library only.
+"""
+import json
+import sys
+
+
+def load(path):
+    machine, runs = {}, {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            d = json.loads(line)
+            if d.get("machine"):
+                machine = d
+            else:
+                runs[(d["mode"], d["target"])] = d
+    return machine, runs
+
+
+# (workload, key, label, unit, better, target text, target check(ratio, roomcast value))
+ROWS = [
+    ("fanout", "deliveries_per_s", "deliveries/s", "", "higher", ">= 2x Redis", lambda r, v: r is not None and r >= 2),
+    ("fanout", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", "higher", "", None),
+    ("fanout", "lat_p99_us", "latency p99", "ms", "lower", "", None),
+    ("fanout", "server_cpu_pct", "server CPU", "%", "", "", None),
+    ("fanout", "gen_cpu_pct", "generator CPU", "%", "", "", None),
+    ("latency", "lat_p50_us", "latency p50", "ms", "lower", "", None),
+    ("latency", "lat_p99_us", "latency p99", "ms", "lower", "<= 0.7x Redis", lambda r, v: r is not None and r <= 0.7),
+    ("latency", "lat_max_us", "latency max", "ms", "lower", "", None),
+    ("latency", "deliveries_per_s", "deliveries/s", "", "higher", "", None),
+    ("latency", "server_cpu_pct", "server CPU", "%", "", "", None),
+    ("latency", "gen_cpu_pct", "generator CPU", "%", "", "", None),
+    ("large", "deliveries_per_s", "deliveries/s", "", "higher", ">= 1x Redis", lambda r, v: r is not None and r >= 1),
+    ("large", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", "higher", "", None),
+    ("large", "mib_per_s", "body MiB/s", "", "higher", "", None),
+    ("large", "lat_p99_us", "latency p99", "ms", "lower", "", None),
+    ("large", "server_cpu_pct", "server CPU", "%", "", "", None),
+    ("idle", "rss_per_conn_bytes", "RSS per connection", "B", "lower", "<= 1024 B", lambda r, v: v is not None and v <= 1024),
+    ("idle", "server_cpu_pct", "server CPU, idle", "%", "lower", "< 2 %", lambda r, v: v is not None and v < 2),
+    ("idle", "connect_s", "connect + join 19k", "s", "lower", "", None),
+    ("storm", "storm_s", "10k connects: all joined", "s", "lower", "", None),
+    ("storm", "storm_lat_p99_us", "probe p99 during storm", "ms", "lower", "< 50 ms", lambda r, v: v is not None and v < 50_000),
+    ("storm", "storm_lat_max_us", "probe max during storm", "ms", "lower", "", None),
+    ("storm", "storm_complete", "all accepted + joined", "", "", "yes", lambda r, v: v is True),
+]
+
+
+def fmt(v, unit):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if unit == "ms":
+        return f"{v / 1000:.2f}"
+    if unit == "%":
+        return f"{v:.1f}"
+    if unit == "s":
+        return f"{v:.2f}"
+    if isinstance(v, float) and v >= 100 or isinstance(v, int):
+        return f"{v:,.0f}"
+    return f"{v:.1f}"
+
+
+def rows(runs):
+    out = []
+    for mode, key, label, unit, _better, target, check in ROWS:
+        rc = runs.get((mode, "roomcast"), {}).get(key)
+        rd = runs.get((mode, "redis"), {}).get(key)
+        if rc is None and rd is None:
+            continue
+        ratio = None
+        if isinstance(rc, (int, float)) and not isinstance(rc, bool) and isinstance(rd, (int, float)) and rd:
+            ratio = rc / rd
+        met = ""
+        if check is not None:
+            met = "met" if check(ratio, rc) else ("-" if ratio is None and target.endswith("Redis") else "NOT met")
+        u = f" ({unit})" if unit else ""
+        out.append([mode, label + u, fmt(rc, unit), fmt(rd, unit), f"{ratio:.2f}x" if ratio is not None else "-", target, met])
+    return out
+
+
+def notes(runs):
+    out = []
+    for (mode, target), d in sorted(runs.items()):
+        if d.get("gen_bound"):
+            out.append(f"{mode}/{target}: the generator used {d['gen_cpu_pct']:.0f}% of its core: it may be the bottleneck")
+        if d.get("loss"):
+            out.append(f"{mode}/{target}: loss {d['loss']:,} of {d['expected']:,} deliveries")
+        if d.get("closed_by_server"):
+            out.append(f"{mode}/{target}: {d['closed_by_server']} connections closed by the server")
+        if d.get("first_problem"):
+            out.append(f"{mode}/{target}: {d['first_problem']}")
+        if d.get("max_send_lag_us", 0) > 5000:
+            out.append(f"{mode}/{target}: open-loop sends ran up to {d['max_send_lag_us'] / 1000:.1f} ms late (generator busy)")
+    return out
+
+
+HEAD = ["workload", "figure", "roomcastd", "Redis", "ratio", "issue 5 target", ""]
+
+
+def text_table(rs):
+    widths = [max(len(str(r[i])) for r in [HEAD] + rs) for i in range(len(HEAD))]
+    line = lambda r: "  ".join(str(c).rjust(w) if 2 <= i <= 4 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([line(HEAD), line(["-" * w for w in widths])] + [line(r) for r in rs])
+
+
+def markdown_table(rs):
+    out = ["| " + " | ".join(HEAD[:-1] + ["met?"]) + " |", "|" + "---|" * len(HEAD)]
+    for r in rs:
+        out.append("| " + " | ".join(r) + " |")
+    return "\n".join(out)
+
+
+def main():
+    args = sys.argv[1:]
+    md = None
+    if "--markdown" in args:
+        i = args.index("--markdown")
+        md = args[i + 1]
+        del args[i:i + 2]
+    machine, runs = load(args[0])
+    rs = rows(runs)
+    head = ""
+    if machine:
+        head = (f"{machine['nproc']} cores, {machine['cpu']}, kernel {machine['kernel']}, "
+                f"Redis {machine.get('redis') or '-'}, commit {machine['commit']}, {machine['date']}, "
+                f"load average at start {machine.get('loadavg', '?')}")
+    print(head)
+    print(text_table(rs))
+    for n in notes(runs):
+        print("note: " + n)
+    if md:
+        with open(md, "w") as f:
+            f.write(head + "\n\n" + markdown_table(rs) + "\n")
+            ns = notes(runs)
+            if ns:
+                f.write("\n" + "\n".join("- " + n for n in ns) + "\n")
+
+
+if __name__ == "__main__":
+    main()
