@@ -3,6 +3,7 @@
 #   make              release build (.build/release/roomcastd)
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
 #   make test         install missing Debian deps, build, run every test, check the unit files
+#   make bench        benchmark roomcastd against Redis pub/sub (BENCHMARKS.md); bench-plot, bench-profile
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #
 # Paths: the binary goes to $(BINDIR), the units to $(UNITDIR) (PREFIX/lib/systemd/system:
@@ -96,4 +97,24 @@ uninstall:
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
 clean:
-	rm -rf .build .build-static
+	rm -rf .build .build-static .build-bench
+
+# Benchmarks (BENCHMARKS.md). Their own build path, so they never relink the
+# .build/release binaries of `make` or a test run that is going on.
+BENCH_BUILD ?= $(CURDIR)/.build-bench
+export BENCH_BUILD
+
+.PHONY: bench bench-plot bench-profile
+
+# Every workload of issue 5 against roomcastd and Redis (installed if missing):
+# one table with both servers and the ratios (about 5 minutes plus the build).
+bench:
+	bench/run.sh
+
+# The scaling curve: bench/scaling.png (gnuplot-nox installed if missing).
+bench-plot:
+	bench/plot.sh
+
+# Instructions per delivered frame under callgrind, top functions, syscalls.
+bench-profile:
+	bench/profile.sh
