@@ -56,6 +56,8 @@ stop_redis() { stop_pid "$REDIS_PID"; REDIS_PID=""; }
 cleanup() {
     stop_roomcastd
     stop_redis
+    # Keep the servers' logs of the last run (warnings: slow consumers, refusals...).
+    mkdir -p "$RESULTS/last-logs" 2>/dev/null && cp "$LOGDIR"/*.log "$RESULTS/last-logs/" 2>/dev/null || true
     rm -rf "$LOGDIR"
 }
 trap cleanup EXIT

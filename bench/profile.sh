@@ -79,11 +79,27 @@ print(f'instructions per delivered frame (steady state): {(b - a) / d:,.0f}  [(I
 print(f'instructions per delivered frame (whole run B, incl. start-up and joins): {b / (fb * m):,.0f}')
 "
     echo
-    echo "top $TOP functions by exclusive instructions, run B ($OUT_B):"
-    callgrind_annotate --threshold=99 "$OUT_B" 2>/dev/null | sed -n '/^Ir/,$p' | head -$((TOP + 3)) || true
-    echo
-    echo "top $TOP functions by inclusive instructions, run B:"
-    callgrind_annotate --inclusive=yes --threshold=99 "$OUT_B" 2>/dev/null | sed -n '/^Ir/,$p' | head -$((TOP + 3)) || true
+    for mode in no yes; do
+        echo "top $TOP functions by $([ $mode = no ] && echo exclusive || echo inclusive) instructions, run B,"
+        echo "with instructions per delivery (the function's count over run B's $((FRAMES_B * MEMBERS)) deliveries):"
+        callgrind_annotate --inclusive=$mode --threshold=100 "$OUT_B" 2>/dev/null \
+            | { if command -v swift >/dev/null; then swift demangle --simplified; else cat; fi; } \
+            | python3 -c "
+import re, sys
+n = $FRAMES_B * $MEMBERS
+rows = 0
+for line in sys.stdin:
+    m = re.match(r'\s*([0-9,]+) \(\s*([0-9.]+)%\)\s+(.*)', line)
+    if not m or 'PROGRAM TOTALS' in line or rows >= $TOP:
+        continue     # read on to the end: no SIGPIPE upstream
+    ir = int(m.group(1).replace(',', ''))
+    name = re.sub(r'\s*\[[^]]*\]\s*$', '', m.group(3))      # drop the object file
+    name = re.sub(r'^(\./|\?\?\?:|//)', '', name)
+    print(f'{ir / n:8.1f} {float(m.group(2)):6.2f}%  {name[:150]}')
+    rows += 1
+"
+        echo
+    done
 } >"$REPORT"
 
 # perf stat, where the PMU is exposed (not in most VMs: then it says so).
