@@ -99,7 +99,10 @@ def notes(runs):
         if d.get("first_problem"):
             out.append(f"{mode}/{target}: {d['first_problem']}")
         if d.get("max_send_lag_us", 0) > 5000:
-            out.append(f"{mode}/{target}: open-loop sends ran up to {d['max_send_lag_us'] / 1000:.1f} ms late (generator busy)")
+            turn = d.get("gen_max_turn_us")
+            why = f"; its longest loop turn took {turn / 1000:.1f} ms" if turn is not None else ""
+            out.append(f"{mode}/{target}: open-loop sends ran up to {d['max_send_lag_us'] / 1000:.1f} ms late "
+                       f"(generator busy or preempted{why})")
     return out
 
 

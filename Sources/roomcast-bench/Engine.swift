@@ -86,6 +86,7 @@ final class Engine {
     private var rateStartNs: UInt64 = 0
     private var rateSent: UInt64 = 0
     private(set) var maxSendLagNs: UInt64 = 0
+    private(set) var maxTurnNs: UInt64 = 0
     private(set) var deliveries: UInt64 = 0
     private(set) var measuredDeliveries: UInt64 = 0
     private(set) var completedFrames: UInt64 = 0
@@ -331,6 +332,13 @@ final class Engine {
         if launchNext < launchLimit && (inflightLimit == 0 || inflight < inflightLimit) { timeout = 0 }
         let n = epoll_wait(epfd, events, Int32(eventCap), timeout)
         if n < 0 && errno != EINTR { fatal("epoll_wait: \(String(cString: strerror(errno)))") }
+        let turnStart = monotonicNs()
+        defer {
+            // The longest turn of this loop: a send lag much longer than this
+            // means the generator was not running (preempted), not busy.
+            let turn = monotonicNs() &- turnStart
+            if measuring && turn > maxTurnNs { maxTurnNs = turn }
+        }
         if n > 0 {
             for i in 0..<Int(n) {
                 let ev = events[i]

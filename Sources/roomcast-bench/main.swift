@@ -190,6 +190,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     r.add("delivered", "delivered (all)", .int(Int(engine.deliveries)))
     r.add("loss", "loss (expected - delivered)", .int(Int(expected) - Int(engine.deliveries)))
     if o.rate != nil { r.add("max_send_lag_us", "generator send lag max", .double(Double(engine.maxSendLagNs) / 1000, digits: 0), "us") }
+    r.add("gen_max_turn_us", "generator longest loop turn", .double(Double(engine.maxTurnNs) / 1000, digits: 0), "us")
     let genCPU = 100 * (self1 - self0) / secs
     r.add("gen_cpu_pct", "generator CPU", .double(genCPU, digits: 1), "% of a core")
     r.add("gen_bound", "generator-bound (CPU >= 90%)", .bool(genCPU >= 90))
