@@ -7,6 +7,8 @@
 #   bench/run.sh                 all workloads (about 4-5 minutes plus the build)
 #   bench/run.sh fanout latency  only those (idle fanout latency large storm)
 #   BENCH_QUICK=1 bench/run.sh   shorter runs, for a smoke test
+#   BENCH_REPEAT=3 bench/run.sh  three repetitions (fresh servers each), medians in the table
+#                                (about 3 minutes per repetition)
 source "$(dirname "$0")/lib.sh"
 
 WORKLOADS=("$@")
@@ -30,19 +32,28 @@ machine_json >"$OUT"
 TARGETS=(roomcast)
 if ensure_redis; then TARGETS+=(redis); else log "redis-server not available: roomcastd only"; fi
 
-start_roomcastd
-[[ " ${TARGETS[*]} " == *" redis "* ]] && start_redis
-
-for w in "${WORKLOADS[@]}"; do
-    for t in "${TARGETS[@]}"; do
-        log "$w: $t"
-        case $w in
-            idle) bench_run "$t" --mode idle "${IDLE[@]}" >>"$OUT" ;;
-            fanout|latency|large) bench_run "$t" --mode "$w" "${DUR[@]}" >>"$OUT" ;;
-            storm) bench_run "$t" --mode storm >>"$OUT" ;;
-            *) log "unknown workload $w"; exit 64 ;;
-        esac
+REPEAT=${BENCH_REPEAT:-1}
+for rep in $(seq "$REPEAT"); do
+    # Fresh servers for every repetition (the idle workload's RSS baseline);
+    # the order of the two targets alternates, so a drift in the machine's
+    # load does not always favour the same one.
+    start_roomcastd
+    [[ " ${TARGETS[*]} " == *" redis "* ]] && start_redis
+    order=("${TARGETS[@]}")
+    if [ $((rep % 2)) = 0 ] && [ ${#TARGETS[@]} = 2 ]; then order=(redis roomcast); fi
+    for w in "${WORKLOADS[@]}"; do
+        for t in "${order[@]}"; do
+            log "$w: $t (repetition $rep of $REPEAT)"
+            case $w in
+                idle) bench_run "$t" --mode idle --label "rep-$rep" "${IDLE[@]}" >>"$OUT" ;;
+                fanout|latency|large) bench_run "$t" --mode "$w" --label "rep-$rep" "${DUR[@]}" >>"$OUT" ;;
+                storm) bench_run "$t" --mode storm --label "rep-$rep" >>"$OUT" ;;
+                *) log "unknown workload $w"; exit 64 ;;
+            esac
+        done
     done
+    stop_roomcastd
+    stop_redis
 done
 
 cp "$OUT" "$RESULTS/latest.jsonl"

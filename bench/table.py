@@ -21,8 +21,25 @@ def load(path):
             if d.get("machine"):
                 machine = d
             else:
-                runs[(d["mode"], d["target"])] = d
-    return machine, runs
+                runs.setdefault((d["mode"], d["target"]), []).append(d)
+    return machine, {k: median_run(v) for k, v in runs.items()}
+
+
+def median_run(reps):
+    """One run whose numbers are the medians over repetitions (n = len(reps))."""
+    if len(reps) == 1:
+        reps[0]["repetitions"] = 1
+        return reps[0]
+    out = dict(reps[-1])
+    for key, value in reps[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            vals = sorted(r[key] for r in reps if isinstance(r.get(key), (int, float)))
+            mid = len(vals) // 2
+            out[key] = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+        elif isinstance(value, bool):
+            out[key] = all(r.get(key) for r in reps) if key.endswith("complete") else any(r.get(key) for r in reps)
+    out["repetitions"] = len(reps)
+    return out
 
 
 # (workload, key, label, unit, better, target text, target check(ratio, roomcast value))
@@ -93,7 +110,7 @@ def notes(runs):
         if d.get("gen_bound"):
             out.append(f"{mode}/{target}: the generator used {d['gen_cpu_pct']:.0f}% of its core: it may be the bottleneck")
         if d.get("loss"):
-            out.append(f"{mode}/{target}: loss {d['loss']:,} of {d['expected']:,} deliveries")
+            out.append(f"{mode}/{target}: loss {d['loss']:,.0f} of {d['expected']:,.0f} deliveries")
         if d.get("closed_by_server"):
             out.append(f"{mode}/{target}: {d['closed_by_server']} connections closed by the server")
         if d.get("first_problem"):
@@ -136,6 +153,9 @@ def main():
         head = (f"{machine['nproc']} cores, {machine['cpu']}, kernel {machine['kernel']}, "
                 f"Redis {machine.get('redis') or '-'}, commit {machine['commit']}, {machine['date']}, "
                 f"load average at start {machine.get('loadavg', '?')}")
+    n = max((d.get("repetitions", 1) for d in runs.values()), default=1)
+    if n > 1:
+        head += f"; medians of {n} repetitions"
     print(head)
     print(text_table(rs))
     for n in notes(runs):
