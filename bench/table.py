@@ -4,7 +4,9 @@
     table.py RUN.jsonl [--markdown OUT.md]
 
 Each row is one figure of one workload: roomcastd, Redis, the ratio
-roomcastd/Redis, and issue 5's target. Standard library only.
+roomcastd/Redis, and issue 5's target. With several repetitions (labels
+rep-1, rep-2, ...), values are medians and the ratio is the median of the
+ratios within each repetition. Standard library only.
 """
 import json
 import sys
@@ -22,7 +24,34 @@ def load(path):
                 machine = d
             else:
                 runs.setdefault((d["mode"], d["target"]), []).append(d)
-    return machine, {k: median_run(v) for k, v in runs.items()}
+    ratios = paired_ratios(runs)
+    return machine, {k: median_run(v) for k, v in runs.items()}, ratios
+
+
+def median(vals):
+    vals = sorted(vals)
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def paired_ratios(runs):
+    """{(mode, key): median over repetitions of roomcastd/Redis}, pairing the
+    runs of one repetition (same label), which shared the machine's load."""
+    out = {}
+    for (mode, target), reps in runs.items():
+        if target != "roomcast":
+            continue
+        redis = {r.get("label"): r for r in runs.get((mode, "redis"), [])}
+        for key in reps[0]:
+            rs = []
+            for r in reps:
+                o = redis.get(r.get("label"))
+                a, b = r.get(key), (o or {}).get(key)
+                if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and b:
+                    rs.append(a / b)
+            if rs:
+                out[(mode, key)] = median(rs)
+    return out
 
 
 def median_run(reps):
@@ -33,9 +62,7 @@ def median_run(reps):
     out = dict(reps[-1])
     for key, value in reps[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            vals = sorted(r[key] for r in reps if isinstance(r.get(key), (int, float)))
-            mid = len(vals) // 2
-            out[key] = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+            out[key] = median([r[key] for r in reps if isinstance(r.get(key), (int, float))])
         elif isinstance(value, bool):
             out[key] = all(r.get(key) for r in reps) if key.endswith("complete") else any(r.get(key) for r in reps)
     out["repetitions"] = len(reps)
@@ -86,16 +113,14 @@ def fmt(v, unit):
     return f"{v:.1f}"
 
 
-def rows(runs):
+def rows(runs, ratios):
     out = []
     for mode, key, label, unit, _better, target, check in ROWS:
         rc = runs.get((mode, "roomcast"), {}).get(key)
         rd = runs.get((mode, "redis"), {}).get(key)
         if rc is None and rd is None:
             continue
-        ratio = None
-        if isinstance(rc, (int, float)) and not isinstance(rc, bool) and isinstance(rd, (int, float)) and rd:
-            ratio = rc / rd
+        ratio = ratios.get((mode, key))
         met = ""
         if check is not None:
             met = "met" if check(ratio, rc) else ("-" if ratio is None and target.endswith("Redis") else "NOT met")
@@ -146,8 +171,8 @@ def main():
         i = args.index("--markdown")
         md = args[i + 1]
         del args[i:i + 2]
-    machine, runs = load(args[0])
-    rs = rows(runs)
+    machine, runs, ratios = load(args[0])
+    rs = rows(runs, ratios)
     head = ""
     if machine:
         head = (f"{machine['nproc']} cores, {machine['cpu']}, kernel {machine['kernel']}, "
@@ -155,7 +180,8 @@ def main():
                 f"load average at start {machine.get('loadavg', '?')}")
     n = max((d.get("repetitions", 1) for d in runs.values()), default=1)
     if n > 1:
-        head += f"; medians of {n} repetitions"
+        head += (f"; medians of {n} repetitions (values: median of each server's runs; "
+                 f"ratio: median of the per-repetition ratios)")
     print(head)
     print(text_table(rs))
     for n in notes(runs):
