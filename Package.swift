@@ -30,7 +30,7 @@ let package = Package(
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
-            dependencies: ["RoomcastCore", "RoomcastServer", "roomcastd"],
+            dependencies: ["RoomcastCore", "RoomcastServer", "roomcastd", "roomcast-bench"],
             // Reference/proto_ref.py is run by the tests with python3, not bundled.
             exclude: ["Reference"]
         ),
