@@ -107,7 +107,7 @@ export BENCH_BUILD
 .PHONY: bench bench-plot bench-profile
 
 # Every workload of issue 5 against roomcastd and Redis (installed if missing):
-# one table with both servers and the ratios (about 5 minutes plus the build).
+# one table with both servers and the ratios (about 3 minutes plus the build).
 bench:
 	bench/run.sh
 

@@ -4,7 +4,7 @@
 # Prints one table with both servers and the ratios; keeps the raw JSON lines
 # in bench/results/latest.jsonl and the table in bench/results/latest.md.
 #
-#   bench/run.sh                 all workloads (about 4-5 minutes plus the build)
+#   bench/run.sh                 all workloads (about 3 minutes plus the build)
 #   bench/run.sh fanout latency  only those (idle fanout latency large storm)
 #   BENCH_QUICK=1 bench/run.sh   shorter runs, for a smoke test
 #   BENCH_REPEAT=3 bench/run.sh  three repetitions (fresh servers each), medians in the table
