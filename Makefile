@@ -6,6 +6,7 @@
 #                     suites included), check the unit files
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
+#   make bench        benchmark roomcastd against Redis pub/sub (BENCHMARKS.md); bench-plot, bench-profile
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
 #                     and checks install, socket activation, status, journal, reload,
@@ -219,4 +220,24 @@ fuzz:
 	done
 
 clean:
-	rm -rf .build .build-static $(FUZZ_BUILD) $(ASAN_BUILD)
+	rm -rf .build .build-static .build-bench $(FUZZ_BUILD) $(ASAN_BUILD)
+
+# Benchmarks (BENCHMARKS.md). Their own build path, so they never relink the
+# .build/release binaries of `make` or a test run that is going on.
+BENCH_BUILD ?= $(CURDIR)/.build-bench
+export BENCH_BUILD
+
+.PHONY: bench bench-plot bench-profile
+
+# Every workload of issue 5 against roomcastd and Redis (installed if missing):
+# one table with both servers and the ratios (about 3 minutes plus the build).
+bench:
+	bench/run.sh
+
+# The scaling curve: bench/scaling.png (gnuplot-nox installed if missing).
+bench-plot:
+	bench/plot.sh
+
+# Instructions per delivered frame under callgrind, top functions, syscalls.
+bench-profile:
+	bench/profile.sh

@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .executable(name: "roomcastd", targets: ["roomcastd"]),
         .executable(name: "roomcast", targets: ["roomcast"]),
+        .executable(name: "roomcast-bench", targets: ["roomcast-bench"]),
         .library(name: "RoomcastCore", targets: ["RoomcastCore"]),
         .library(name: "RoomcastClient", targets: ["RoomcastClient"]),
     ],
@@ -42,9 +43,12 @@ let package = Package(
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
         .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
+        // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
+        // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
+        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
-            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast"],
+            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast", "roomcast-bench"],
             // Reference/proto_ref.py is run by the tests with python3, not bundled.
             exclude: ["Reference"]
         ),

@@ -1,0 +1,666 @@
+import CShim
+@preconcurrency import Glibc
+import RoomcastCore
+
+/// A connection's part in the workload.
+enum Role: UInt8 {
+    /// Sends data frames; in the room (roomcast) but never counted as a recipient.
+    case publisher
+    /// Receives data frames: every one it gets is a delivery.
+    case member
+    /// Idle or storm connection (group 1): joins its own small room, heartbeats.
+    case extra
+}
+
+enum ConnState: UInt8 { case free, connecting, open, closed }
+
+/// One client connection. Kept in a raw array: the hot loop touches it
+/// through a pointer, with no ARC, no copy-on-write and no exclusivity checks.
+struct Conn {
+    var fd: Int32 = -1
+    var role = Role.member
+    var state = ConnState.free
+    var writeArmed = false
+    var retries: UInt8 = 0
+    /// Publisher index (publishers), room number within the group (extras).
+    var index: Int32 = 0
+    var room: Int32 = 0
+    /// Bytes of an incomplete message kept between reads.
+    var carry: UnsafeMutableRawPointer?
+    var carryLen = 0
+    var carryCap = 0
+    /// Output not yet accepted by the kernel.
+    var out: UnsafeMutableRawPointer?
+    var outStart = 0
+    var outLen = 0
+    var outCap = 0
+}
+
+/// The single-threaded epoll load generator (level-triggered, one read per
+/// readiness event into one 256 KiB scratch buffer, one clock read per read).
+final class Engine {
+    let o: Options
+    let wire: Wire
+    private let epfd: Int32
+    let capacity: Int
+    let conns: UnsafeMutablePointer<Conn>
+    private(set) var count = 0
+    private let scratch: UnsafeMutableRawPointer
+    private let scratchCap: Int
+    private let eventCap = 1024
+    private let events: UnsafeMutablePointer<epoll_event>
+    private var address = sockaddr_in()
+    private let heartbeatBytes: [UInt8]
+    static let connectBurst = 64
+
+    // Publishers (closed-loop window state: ring of per-frame receipt counts).
+    private(set) var publisherIDs: [Int] = []
+    private var templates: [UnsafeMutableRawPointer] = []
+    private var payloadAt = 0
+    private var messageLen = 0
+    private var nextSeq: UnsafeMutablePointer<UInt64>
+    private var oldest: UnsafeMutablePointer<UInt64>
+    private var ring: UnsafeMutablePointer<Int32>
+    private let ringSize: Int
+    /// Recipients of each data frame (members of the main room).
+    var recipients: Int32 = 0
+
+    // Connecting.
+    private var launchNext = 0
+    private var launchLimit = 0
+    private(set) var inflight = 0
+    var inflightLimit = 512
+    private(set) var openCount = [0, 0]
+    private(set) var connectErrors = 0
+    private(set) var closedByServer = 0
+    private var firstError: String?
+
+    // Set-up confirmations: join frames received (roomcast), subscribe replies (Redis).
+    private(set) var joinsReceived = [0, 0]
+    private(set) var subscribed = [0, 0]
+
+    // Load.
+    var sending = false
+    var framesLimit: UInt64 = .max
+    private(set) var framesSent: UInt64 = 0
+    private var rateStartNs: UInt64 = 0
+    private var rateSent: UInt64 = 0
+    private(set) var maxSendLagNs: UInt64 = 0
+    private(set) var maxTurnNs: UInt64 = 0
+    private(set) var deliveries: UInt64 = 0
+    private(set) var measuredDeliveries: UInt64 = 0
+    private(set) var completedFrames: UInt64 = 0
+    var measuring = false
+    var inStorm = false
+    var hist = Histogram()
+    var stormHist = Histogram()
+    private(set) var publisherReceipts: UInt64 = 0
+    private(set) var otherFrames: UInt64 = 0
+    private(set) var pongs: UInt64 = 0
+    private(set) var serverErrors: UInt64 = 0
+    private(set) var bytesIn: UInt64 = 0
+
+    // Heartbeats.
+    private var heartbeatStartNs: UInt64 = 0
+    private var heartbeatCursor = 0
+    private var heartbeatsDone: UInt64 = 0
+    private(set) var heartbeatsSent: UInt64 = 0
+    private var lastPeriodicNs: UInt64 = 0
+
+    init(_ o: Options, capacity: Int) {
+        self.o = o
+        self.wire = Wire(o)
+        self.capacity = capacity
+        epfd = epoll_create1(Int32(EPOLL_CLOEXEC))
+        precondition(epfd >= 0, "epoll_create1 failed")
+        conns = .allocate(capacity: max(1, capacity))
+        conns.initialize(repeating: Conn(), count: max(1, capacity))
+        scratchCap = max(256 * 1024, 4 * (o.size + 256))
+        scratch = .allocate(byteCount: scratchCap, alignment: 16)
+        events = .allocate(capacity: eventCap)
+        events.initialize(repeating: epoll_event(), count: eventCap)
+        heartbeatBytes = wire.heartbeat()
+        let p = max(1, o.publishers)
+        ringSize = o.window
+        nextSeq = .allocate(capacity: p); nextSeq.initialize(repeating: 0, count: p)
+        oldest = .allocate(capacity: p); oldest.initialize(repeating: 0, count: p)
+        ring = .allocate(capacity: p * ringSize); ring.initialize(repeating: 0, count: p * ringSize)
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = o.port.bigEndian
+        guard inet_pton(AF_INET, o.host, &address.sin_addr) == 1 else { fatal("bad IPv4 address '\(o.host)'") }
+    }
+
+    // MARK: - Connections
+
+    /// Adds a connection slot (not yet connected); returns its id.
+    @discardableResult
+    func add(role: Role, index: Int = 0, room: Int = 0) -> Int {
+        precondition(count < capacity)
+        let id = count
+        count += 1
+        conns[id].role = role
+        conns[id].index = Int32(index)
+        conns[id].room = Int32(room)
+        if role == .publisher {
+            publisherIDs.append(id)
+            let channel = o.room
+            let (bytes, at) = wire.dataTemplate(publisher: index, channel: channel)
+            let t = UnsafeMutableRawPointer.allocate(byteCount: bytes.count, alignment: 8)
+            bytes.withUnsafeBytes { t.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            templates.append(t)
+            payloadAt = at
+            messageLen = bytes.count
+        }
+        return id
+    }
+
+    /// Allows connects up to slot `limit` (exclusive).
+    func launch(upTo limit: Int) {
+        launchLimit = min(limit, count)
+        startConnects()
+    }
+
+    var allLaunchedOpen: Bool { launchNext >= launchLimit && inflight == 0 }
+
+    /// Starts at most `connectBurst` connects per loop iteration, so a storm
+    /// never stalls the probe room's sends and reads for long.
+    private func startConnects() {
+        var budget = Self.connectBurst
+        while budget > 0 && launchNext < launchLimit && (inflightLimit == 0 || inflight < inflightLimit) {
+            budget -= 1
+            let id = launchNext
+            launchNext += 1
+            connect(id)
+        }
+    }
+
+    private func connect(_ id: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { fatal("socket: \(String(cString: strerror(errno))) (\(count) connections)") }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        if rc < 0 && errno != EINPROGRESS {
+            let e = errno
+            close(fd)
+            fatal("connect to \(o.host):\(o.port): \(String(cString: strerror(e)))")
+        }
+        conns[id].fd = fd
+        conns[id].state = .connecting
+        inflight += 1
+        var ev = epoll_event(events: EPOLLOUT.rawValue, data: epoll_data_t(u64: UInt64(id)))
+        guard epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 else { fatal("epoll_ctl: \(String(cString: strerror(errno)))") }
+    }
+
+    private func finishConnect(_ id: Int) {
+        let c = conns + id
+        var err: Int32 = 0
+        var len = socklen_t(MemoryLayout<Int32>.size)
+        getsockopt(c.pointee.fd, SOL_SOCKET, SO_ERROR, &err, &len)
+        inflight -= 1
+        if err != 0 {
+            // Refused or reset while connecting (e.g. the backlog overflowed): retry a few times.
+            connectErrors += 1
+            if firstError == nil { firstError = "connect: \(String(cString: strerror(err)))" }
+            close(c.pointee.fd)
+            c.pointee.fd = -1
+            c.pointee.state = .free
+            guard c.pointee.retries < 5 else { fatal("connect to \(o.host):\(o.port) failed 6 times: \(String(cString: strerror(err)))") }
+            c.pointee.retries += 1
+            connect(id)
+            return
+        }
+        c.pointee.state = .open
+        openCount[c.pointee.role == .extra ? 1 : 0] += 1
+        var ev = epoll_event(events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue, data: epoll_data_t(u64: UInt64(id)))
+        epoll_ctl(epfd, EPOLL_CTL_MOD, c.pointee.fd, &ev)
+        let hello = wire.handshake(name: name(of: id), room: roomName(of: id), publisher: c.pointee.role == .publisher)
+        if !hello.isEmpty {
+            hello.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
+            flush(id)
+        }
+    }
+
+    private func name(of id: Int) -> String {
+        switch conns[id].role {
+        case .publisher: "pub\(conns[id].index)"
+        case .member: "m\(id)"
+        case .extra: "x\(id)"
+        }
+    }
+
+    /// The room / channel of a connection; nil: it does not join.
+    func roomName(of id: Int) -> String? {
+        if conns[id].role != .extra { return o.room }
+        return o.roomSize == 0 ? nil : "\(o.room)-x\(conns[id].room)"
+    }
+
+    private func serverClosed(_ id: Int, _ why: String) {
+        let c = conns + id
+        guard c.pointee.state == .open else { return }
+        closedByServer += 1
+        if firstError == nil { firstError = "connection \(name(of: id)) closed by the server: \(why)" }
+        openCount[c.pointee.role == .extra ? 1 : 0] -= 1
+        close(c.pointee.fd)
+        c.pointee.state = .closed
+        c.pointee.fd = -1
+    }
+
+    var firstProblem: String? { firstError }
+
+    /// Closes every connection (RST: no TIME_WAIT left on the client side).
+    func closeAll() {
+        for id in 0..<count where conns[id].fd >= 0 {
+            var l = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(conns[id].fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
+            close(conns[id].fd)
+            conns[id].fd = -1
+            conns[id].state = .closed
+        }
+    }
+
+    // MARK: - Output
+
+    @inline(__always)
+    private func reserve(_ id: Int, _ n: Int) -> UnsafeMutableRawPointer {
+        let c = conns + id
+        if c.pointee.outStart == c.pointee.outLen { c.pointee.outStart = 0; c.pointee.outLen = 0 }
+        let need = c.pointee.outLen + n
+        if need > c.pointee.outCap {
+            let live = c.pointee.outLen - c.pointee.outStart
+            let cap = max(need - c.pointee.outStart, 2 * c.pointee.outCap, 256)
+            let p = UnsafeMutableRawPointer.allocate(byteCount: cap, alignment: 16)
+            if let old = c.pointee.out {
+                p.copyMemory(from: old + c.pointee.outStart, byteCount: live)
+                old.deallocate()
+            }
+            c.pointee.out = p
+            c.pointee.outCap = cap
+            c.pointee.outStart = 0
+            c.pointee.outLen = live
+        }
+        let at = c.pointee.out! + c.pointee.outLen
+        c.pointee.outLen += n
+        return at
+    }
+
+    private func queue(_ id: Int, _ bytes: UnsafeRawPointer, _ n: Int) {
+        reserve(id, n).copyMemory(from: bytes, byteCount: n)
+    }
+
+    private func pending(_ id: Int) -> Int { conns[id].outLen - conns[id].outStart }
+
+    private func flush(_ id: Int) {
+        let c = conns + id
+        guard c.pointee.state == .open else { return }
+        while c.pointee.outStart < c.pointee.outLen {
+            let n = send(c.pointee.fd, c.pointee.out! + c.pointee.outStart, c.pointee.outLen - c.pointee.outStart, Int32(MSG_NOSIGNAL))
+            if n > 0 { c.pointee.outStart += n; continue }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if !c.pointee.writeArmed { setWrite(id, true) }
+                return
+            }
+            serverClosed(id, "send: \(String(cString: strerror(errno)))")
+            return
+        }
+        c.pointee.outStart = 0
+        c.pointee.outLen = 0
+        if c.pointee.writeArmed { setWrite(id, false) }
+    }
+
+    private func setWrite(_ id: Int, _ on: Bool) {
+        conns[id].writeArmed = on
+        var ev = epoll_event(events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | (on ? EPOLLOUT.rawValue : 0),
+                             data: epoll_data_t(u64: UInt64(id)))
+        epoll_ctl(epfd, EPOLL_CTL_MOD, conns[id].fd, &ev)
+    }
+
+    // MARK: - Event loop
+
+    /// One epoll_wait (at most `timeoutMs`) and the work it brings, then the
+    /// timers (heartbeats, open-loop sends) and closed-loop sends.
+    func pump(timeoutMs: Int32) {
+        var timeout = timeoutMs
+        if sending, let rate = o.rate, o.publishers > 0 {
+            let next = rateStartNs &+ UInt64(Double(rateSent + 1) * 1e9 / rate)
+            let now = monotonicNs()
+            timeout = next <= now ? 0 : min(timeout, Int32((next - now + 999_999) / 1_000_000))
+        }
+        if launchNext < launchLimit && (inflightLimit == 0 || inflight < inflightLimit) { timeout = 0 }
+        let n = epoll_wait(epfd, events, Int32(eventCap), timeout)
+        if n < 0 && errno != EINTR { fatal("epoll_wait: \(String(cString: strerror(errno)))") }
+        let turnStart = monotonicNs()
+        defer {
+            // The longest turn of this loop: a send lag much longer than this
+            // means the generator was not running (preempted), not busy.
+            let turn = monotonicNs() &- turnStart
+            if measuring && turn > maxTurnNs { maxTurnNs = turn }
+        }
+        if n > 0 {
+            for i in 0..<Int(n) {
+                let ev = events[i]
+                let id = Int(truncatingIfNeeded: ev.data.u64)
+                let bits = ev.events
+                let c = conns + id
+                switch c.pointee.state {
+                case .connecting:
+                    finishConnect(id)
+                case .open:
+                    if bits & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 { readConn(id) }
+                    if bits & EPOLLOUT.rawValue != 0 && c.pointee.state == .open { flush(id) }
+                default:
+                    break
+                }
+            }
+        }
+        if sending { sendDue() }
+        if launchNext < launchLimit { startConnects() }
+        let now = monotonicNs()
+        if now &- lastPeriodicNs >= 5_000_000 {
+            lastPeriodicNs = now
+            heartbeats(now: now)
+        }
+    }
+
+    /// Pumps until `done()` or `seconds` pass; returns whether `done()` held.
+    @discardableResult
+    func run(seconds: Double, until done: () -> Bool = { false }) -> Bool {
+        let end = monotonicNs() &+ UInt64(seconds * 1e9)
+        while true {
+            if done() { return true }
+            let now = monotonicNs()
+            if now >= end { return false }
+            pump(timeoutMs: Int32(min(10, max(0, (end - now) / 1_000_000))))
+        }
+    }
+
+    // MARK: - Reading
+
+    private func readConn(_ id: Int) {
+        let c = conns + id
+        let keep = c.pointee.carryLen
+        if keep > 0 { scratch.copyMemory(from: c.pointee.carry!, byteCount: keep) }
+        var n: Int
+        repeat { n = read(c.pointee.fd, scratch + keep, scratchCap - keep) } while n < 0 && errno == EINTR
+        if n <= 0 {
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            serverClosed(id, n == 0 ? "end of file" : "read: \(String(cString: strerror(errno)))")
+            return
+        }
+        bytesIn &+= UInt64(n)
+        let have = keep + n
+        let now = monotonicNs()
+        let used: Int
+        switch o.target {
+        case .roomcast: used = parseLTB(id, have, now: now)
+        case .redis: used = parseRESP(id, have, now: now)
+        }
+        let rest = have - used
+        if rest > 0 {
+            if rest > c.pointee.carryCap {
+                c.pointee.carry?.deallocate()
+                let cap = max(rest, 256)
+                c.pointee.carry = .allocate(byteCount: cap, alignment: 16)
+                c.pointee.carryCap = cap
+            }
+            c.pointee.carry!.copyMemory(from: scratch + used, byteCount: rest)
+        }
+        c.pointee.carryLen = rest
+    }
+
+    /// Consumes whole LTB frames from the scratch buffer; returns the bytes used.
+    private func parseLTB(_ id: Int, _ have: Int, now: UInt64) -> Int {
+        let role = conns[id].role
+        let dataType = wire.dataType
+        let binary = wire.body == .opaque
+        let payloadOffset = wire.payloadOffset
+        var off = 0
+        while have - off >= 6 {
+            let length = Int(UInt32(littleEndian: scratch.loadUnaligned(fromByteOffset: off, as: UInt32.self)))
+            let type = UInt16(littleEndian: scratch.loadUnaligned(fromByteOffset: off + 4, as: UInt16.self))
+            if length > o.maxFrameBytes { fatal("server sent a frame of \(length) bytes (type \(type))") }
+            if have - off - 6 < length { break }
+            let body = off + 6
+            if type == dataType {
+                if role == .member {
+                    let p = scratch + body + payloadOffset
+                    if binary {
+                        deliver(Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
+                                UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
+                                UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)), now: now)
+                    } else {
+                        deliver(Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
+                    }
+                } else {
+                    publisherReceipts &+= 1
+                }
+            } else if type == Wire.joinType {
+                joinsReceived[role == .extra ? 1 : 0] += 1
+            } else {
+                otherFrames &+= 1
+            }
+            off = body + length
+        }
+        return off
+    }
+
+    /// Consumes whole RESP replies and pushes; returns the bytes used.
+    private func parseRESP(_ id: Int, _ have: Int, now: UInt64) -> Int {
+        let role = conns[id].role
+        let base = UnsafeRawPointer(scratch)
+        let binary = wire.body == .opaque
+        let payloadOffset = wire.payloadOffset
+        var off = 0
+        while off < have {
+            let first = base.load(fromByteOffset: off, as: UInt8.self)
+            if first == UInt8(ascii: "*") {
+                // An array of bulk strings / integers: message, subscribe, pong pushes.
+                guard let (count, afterHeader) = respLine(base, off + 1, have) else { break }
+                var at = afterHeader
+                var kindStart = -1, kindLen = 0, lastStart = -1, lastLen = 0
+                var complete = true
+                for e in 0..<max(0, count) {
+                    guard at < have else { complete = false; break }
+                    let t = base.load(fromByteOffset: at, as: UInt8.self)
+                    guard let (value, afterLine) = respLine(base, at + 1, have) else { complete = false; break }
+                    if t == UInt8(ascii: "$") {
+                        let end = afterLine + max(0, value) + 2
+                        guard end <= have else { complete = false; break }
+                        if e == 0 { kindStart = afterLine; kindLen = value }
+                        lastStart = afterLine; lastLen = value
+                        at = end
+                    } else {
+                        at = afterLine   // ':' integer (subscriber count)
+                    }
+                }
+                guard complete else { break }
+                off = at
+                if kindLen == 7 && base.load(fromByteOffset: kindStart, as: UInt8.self) == UInt8(ascii: "m") {
+                    if role == .member, lastLen >= payloadOffset + (binary ? Wire.binaryPayloadSize : Wire.hexPayloadSize) {
+                        let p = base + lastStart + payloadOffset
+                        if binary {
+                            deliver(Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
+                                    UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
+                                    UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)), now: now)
+                        } else {
+                            deliver(Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
+                        }
+                    } else {
+                        publisherReceipts &+= 1
+                    }
+                } else if kindLen == 9 && base.load(fromByteOffset: kindStart, as: UInt8.self) == UInt8(ascii: "s") {
+                    subscribed[role == .extra ? 1 : 0] += 1
+                } else if kindLen == 4 && base.load(fromByteOffset: kindStart, as: UInt8.self) == UInt8(ascii: "p") {
+                    pongs &+= 1
+                } else {
+                    otherFrames &+= 1
+                }
+            } else if first == UInt8(ascii: ":") || first == UInt8(ascii: "+") || first == UInt8(ascii: "-") {
+                guard let nl = lineEnd(base, off, have) else { break }
+                if first == UInt8(ascii: "-") {
+                    serverErrors &+= 1
+                    if firstError == nil {
+                        firstError = "redis: " + String(decoding: UnsafeRawBufferPointer(start: base + off, count: nl - off), as: UTF8.self)
+                    }
+                } else if first == UInt8(ascii: "+") {
+                    pongs &+= 1
+                }
+                off = nl + 2
+            } else {
+                fatal("unexpected RESP byte \(first) from the server")
+            }
+        }
+        return off
+    }
+
+    /// Index of the "\r" of the line starting at `from`, or nil if incomplete.
+    @inline(__always)
+    private func lineEnd(_ base: UnsafeRawPointer, _ from: Int, _ have: Int) -> Int? {
+        var i = from
+        while i + 1 < have {
+            if base.load(fromByteOffset: i, as: UInt8.self) == 13 { return i }
+            i += 1
+        }
+        return nil
+    }
+
+    /// A RESP decimal integer line at `from` ("-1", "42") and the offset after its CRLF.
+    @inline(__always)
+    private func respLine(_ base: UnsafeRawPointer, _ from: Int, _ have: Int) -> (Int, Int)? {
+        var i = from
+        var v = 0
+        var negative = false
+        while i < have {
+            let c = base.load(fromByteOffset: i, as: UInt8.self)
+            if c == 13 {
+                guard i + 1 < have else { return nil }
+                return (negative ? -v : v, i + 2)
+            }
+            if c == UInt8(ascii: "-") { negative = true } else { v = v &* 10 &+ Int(c &- 48) }
+            i += 1
+        }
+        return nil
+    }
+
+    @inline(__always)
+    private func deliver(_ pub: Int, _ seq: UInt64, _ sentNs: UInt64, now: UInt64) {
+        deliveries &+= 1
+        if measuring {
+            measuredDeliveries &+= 1
+            let lat = now &- sentNs
+            let v = lat > (1 << 62) ? 0 : lat   // a clock read racing the send: count as 0
+            hist.record(v)
+            if inStorm { stormHist.record(v) }
+        }
+        guard o.closedLoop, pub >= 0, pub < o.publishers else { return }
+        let base = pub * ringSize
+        let slot = Int(seq % UInt64(ringSize))
+        ring[base + slot] &+= 1
+        if seq == oldest[pub] && ring[base + slot] == recipients {
+            // Slide the window past every frame that all members now have.
+            var s = seq
+            while s < nextSeq[pub] {
+                let k = base + Int(s % UInt64(ringSize))
+                guard ring[k] == recipients else { break }
+                ring[k] = 0
+                s += 1
+                completedFrames &+= 1
+            }
+            oldest[pub] = s
+        }
+    }
+
+    // MARK: - Sending
+
+    func startSending() {
+        rateStartNs = monotonicNs()
+        rateSent = 0
+        sending = true
+    }
+
+    /// Frames not yet delivered to every member (closed loop).
+    var outstanding: UInt64 {
+        var n: UInt64 = 0
+        for p in 0..<o.publishers { n += nextSeq[p] - oldest[p] }
+        return n
+    }
+
+    private func sendDue() {
+        let now = monotonicNs()
+        if let rate = o.rate {
+            let due = UInt64(Double(now &- rateStartNs) * rate / 1e9)
+            if due <= rateSent { return }
+            let lag = now &- (rateStartNs &+ UInt64(Double(rateSent + 1) * 1e9 / rate))
+            if lag < (1 << 62) && lag > maxSendLagNs { maxSendLagNs = lag }
+            while rateSent < due {
+                let p = Int(rateSent % UInt64(o.publishers))
+                rateSent += 1
+                guard nextSeq[p] < framesLimit else { continue }
+                let id = publisherIDs[p]
+                guard conns[id].state == .open else { continue }
+                writeFrame(p, id, now: now)
+            }
+            for p in 0..<o.publishers where pending(publisherIDs[p]) > 0 && !conns[publisherIDs[p]].writeArmed {
+                flush(publisherIDs[p])
+            }
+            return
+        }
+        for p in 0..<o.publishers {
+            let id = publisherIDs[p]
+            guard conns[id].state == .open, pending(id) == 0 else { continue }
+            let limit = min(oldest[p] + UInt64(ringSize), framesLimit)
+            guard nextSeq[p] < limit else { continue }
+            while nextSeq[p] < limit { writeFrame(p, id, now: now) }
+            flush(id)
+        }
+    }
+
+    @inline(__always)
+    private func writeFrame(_ p: Int, _ id: Int, now: UInt64) {
+        let seq = nextSeq[p]
+        nextSeq[p] = seq + 1
+        framesSent &+= 1
+        let dst = reserve(id, messageLen)
+        dst.copyMemory(from: templates[p], byteCount: messageLen)
+        let at = dst + payloadAt
+        if wire.body == .opaque {
+            at.storeBytes(of: seq.littleEndian, toByteOffset: 4, as: UInt64.self)
+            at.storeBytes(of: now.littleEndian, toByteOffset: 12, as: UInt64.self)
+        } else {
+            storeHex(seq, digits: 16, at: at + 8)
+            storeHex(now, digits: 16, at: at + 24)
+        }
+    }
+
+    // MARK: - Heartbeats
+
+    func startHeartbeats() {
+        heartbeatStartNs = monotonicNs()
+        heartbeatsDone = 0
+    }
+
+    /// Each open connection sends one heartbeat per period, spread evenly.
+    private func heartbeats(now: UInt64) {
+        guard o.heartbeat > 0, heartbeatStartNs > 0, count > 0 else { return }
+        let due = UInt64(Double(now &- heartbeatStartNs) / (o.heartbeat * 1e9) * Double(count))
+        var budget = 4096
+        while heartbeatsDone < due && budget > 0 {
+            heartbeatsDone += 1
+            budget -= 1
+            let id = heartbeatCursor
+            heartbeatCursor = (heartbeatCursor + 1) % count
+            guard conns[id].state == .open else { continue }
+            heartbeatsSent += 1
+            heartbeatBytes.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
+            if !conns[id].writeArmed { flush(id) }
+        }
+    }
+}
+
+func fatal(_ message: String) -> Never {
+    fputs("roomcast-bench: \(message)\n", stderr)
+    exit(1)
+}

@@ -1,0 +1,67 @@
+@preconcurrency import Glibc
+
+/// CPU seconds (user + system) this process has used, from getrusage(2).
+func selfCPUSeconds() -> Double {
+    var ru = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &ru)
+    return Double(ru.ru_utime.tv_sec) + Double(ru.ru_utime.tv_usec) / 1e6
+        + Double(ru.ru_stime.tv_sec) + Double(ru.ru_stime.tv_usec) / 1e6
+}
+
+/// Peak RSS of this process in KiB (getrusage ru_maxrss).
+func selfMaxRSSKiB() -> Int {
+    var ru = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &ru)
+    return Int(ru.ru_maxrss)
+}
+
+/// Reads a small /proc file whole; nil if it cannot be opened.
+func readProcFile(_ path: String) -> String? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n <= 0 { break }
+        bytes.append(contentsOf: chunk[0..<n])
+    }
+    return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Another process (the server under test) seen through /proc.
+struct ProcessProbe {
+    let pid: Int32
+    static let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+
+    /// VmRSS in KiB from /proc/PID/status.
+    func rssKiB() -> Int? {
+        guard let s = readProcFile("/proc/\(pid)/status") else { return nil }
+        for line in s.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return Int(line.dropFirst(6).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "")
+        }
+        return nil
+    }
+
+    /// utime + stime in seconds from /proc/PID/stat (fields 14 and 15).
+    func cpuSeconds() -> Double? {
+        guard let s = readProcFile("/proc/\(pid)/stat"), let close = s.lastIndex(of: ")") else { return nil }
+        // After "pid (comm)": field 3 (state) is index 0, so utime (14) is index 11.
+        let fields = s[s.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let u = Double(fields[11]), let st = Double(fields[12]) else { return nil }
+        return (u + st) / Self.ticksPerSecond
+    }
+}
+
+/// Raises the soft descriptor limit to the hard one; returns the new soft limit.
+func raiseDescriptorLimit() -> Int {
+    var rl = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl)
+    if rl.rlim_cur < rl.rlim_max {
+        rl.rlim_cur = rl.rlim_max
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl)
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &rl)
+    }
+    return Int(rl.rlim_cur)
+}

@@ -1,0 +1,78 @@
+import Testing
+@testable import RoomcastCore
+@testable import roomcast_bench
+
+/// The load generator's own pieces (BENCHMARKS.md): bodies of exactly the
+/// requested size that carry publisher, sequence and time where receivers
+/// look for them, and a histogram whose percentiles are within its error.
+@Suite struct BenchGeneratorTests {
+    static func options(_ args: [String]) throws -> roomcast_bench.Options {
+        try roomcast_bench.Options.parse(args)
+    }
+
+    @Test(arguments: [64, 100, 127, 128, 129, 200, 1000, 16384])
+    func textBodiesHaveTheExactSizeAndAreValidChatMessages(size: Int) throws {
+        let wire = roomcast_bench.Wire(try Self.options(["--body", "text", "--size", String(size)]))
+        let body = wire.bodyTemplate(publisher: 7)
+        #expect(body.count == size)
+        let message = try ChatMessage(protobuf: body)
+        #expect(message.text.utf8.count == size - wire.payloadOffset)
+        // The payload (8 hex publisher, 16 sequence, 16 time) starts the text.
+        body.withUnsafeBytes { raw in
+            #expect(loadHex(raw.baseAddress! + wire.payloadOffset, digits: 8) == 7)
+        }
+    }
+
+    @Test func opaqueFramesCarrySequenceAndTimeLittleEndian() throws {
+        let wire = roomcast_bench.Wire(try Self.options(["--size", "64"]))
+        let (bytes, at) = wire.dataTemplate(publisher: 3, channel: "bench")
+        #expect(bytes.count == FrameCodec.headerSize + 64)
+        guard case .frame(let type, let length) = bytes.withUnsafeBytes({
+            FrameCodec.parse($0, byteOrder: .little, maxFrameBytes: 1 << 20)
+        }) else { Issue.record("not a frame"); return }
+        #expect(type == 100 && length == 64)
+        bytes.withUnsafeBytes { raw in
+            #expect(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt32.self)) == 3)
+        }
+    }
+
+    @Test func redisPublishIsAValidRESPCommand() throws {
+        let wire = roomcast_bench.Wire(try Self.options(["--target", "redis", "--size", "20"]))
+        let (bytes, at) = wire.dataTemplate(publisher: 0, channel: "room")
+        let prefix = "*3\r\n$7\r\nPUBLISH\r\n$4\r\nroom\r\n$20\r\n"
+        #expect(Array(bytes.prefix(prefix.utf8.count)) == Array(prefix.utf8))
+        #expect(at == prefix.utf8.count)
+        #expect(Array(bytes.suffix(2)) == Array("\r\n".utf8))
+        #expect(bytes.count == prefix.utf8.count + 20 + 2)
+    }
+
+    @Test func hexRoundTrip() {
+        var buffer = [UInt8](repeating: 0, count: 16)
+        for v: UInt64 in [0, 1, 0xdead_beef, .max, 1_234_567_890_123] {
+            buffer.withUnsafeMutableBytes { storeHex(v, digits: 16, at: $0.baseAddress!) }
+            #expect(buffer.withUnsafeBytes { loadHex($0.baseAddress!, digits: 16) } == v)
+        }
+    }
+
+    @Test func histogramPercentilesAreWithinTwoPercent() {
+        var h = roomcast_bench.Histogram()
+        for v in 1...100_000 { h.record(UInt64(v) * 1000) }   // 1 us ... 100 ms
+        for (p, exact) in [(0.5, 50_000_000.0), (0.9, 90_000_000.0), (0.99, 99_000_000.0)] {
+            let got = Double(h.percentile(p))
+            #expect(abs(got - exact) / exact < 0.02, "p\(p): \(got) vs \(exact)")
+        }
+        #expect(h.maxValue == 100_000_000)
+        #expect(h.total == 100_000)
+    }
+
+    @Test func modesSetTheIssueWorkloadsAndOptionsOverrideThem() throws {
+        let fanout = try Self.options(["--mode", "fanout"])
+        #expect(fanout.members == 1_000 && fanout.publishers == 1 && fanout.size == 64 && fanout.closedLoop)
+        let latency = try Self.options(["--members", "10", "--mode", "latency"])
+        #expect(latency.members == 10 && latency.rate == 200)
+        let idle = try Self.options(["--idle", "--connections", "100"])
+        #expect(idle.mode == .idle && idle.connections == 100)
+        #expect(throws: roomcast_bench.Options.UsageError.self) { try Self.options(["--host", "10.0.0.1"]) }
+        #expect(throws: roomcast_bench.Options.UsageError.self) { try Self.options(["--members", "19000", "--connections", "1000"]) }
+    }
+}

@@ -1,0 +1,138 @@
+# Shared by bench/run.sh, bench/plot.sh and bench/profile.sh (sourced, bash).
+#
+# Starts the servers under test on loopback ports, pinned to core 0 with
+# taskset, and stops everything it started on exit (trap). The generator runs
+# pinned to core 1 (bench_run).
+#
+# Environment:
+#   BENCH_BUILD     SwiftPM scratch path of the release build (.build-bench)
+#   ROOMCAST_PORT   roomcastd's loopback port (19898)
+#   REDIS_PORT      redis-server's loopback port (16379)
+#   SERVER_CPU      core of the servers (0); GEN_CPU: core of the generator (1)
+#   RESULTS         where JSON lines and tables go (bench/results)
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH_BUILD=${BENCH_BUILD:-$ROOT/.build-bench}
+ROOMCAST_PORT=${ROOMCAST_PORT:-19898}
+REDIS_PORT=${REDIS_PORT:-16379}
+SERVER_CPU=${SERVER_CPU:-0}
+GEN_CPU=${GEN_CPU:-1}
+RESULTS=${RESULTS:-$ROOT/bench/results}
+BIN=$BENCH_BUILD/release
+CONF=$ROOT/bench/roomcastd-bench.conf
+LOGDIR=$(mktemp -d /tmp/roomcast-bench.XXXXXX)
+
+ROOMCAST_PID=""
+REDIS_PID=""
+SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# The process may hold at most the hard descriptor limit: raise the soft one
+# to it (children inherit it: roomcastd, redis-server, roomcast-bench).
+ulimit -n "$(ulimit -Hn)"
+
+if [ "$(nproc)" -lt 2 ]; then
+    log "only $(nproc) core: server and generator share it (figures are not comparable)"
+    GEN_CPU=$SERVER_CPU
+fi
+
+stop_pid() {
+    local pid=$1
+    [ -n "$pid" ] || return 0
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+stop_roomcastd() { stop_pid "$ROOMCAST_PID"; ROOMCAST_PID=""; }
+stop_redis() { stop_pid "$REDIS_PID"; REDIS_PID=""; }
+
+cleanup() {
+    stop_roomcastd
+    stop_redis
+    # Keep the servers' logs of the last run (warnings: slow consumers, refusals...).
+    mkdir -p "$RESULTS/last-logs" 2>/dev/null && cp "$LOGDIR"/*.log "$RESULTS/last-logs/" 2>/dev/null || true
+    rm -rf "$LOGDIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+build() {
+    log "building release into $BENCH_BUILD"
+    (cd "$ROOT" && swift build -c release --scratch-path "$BENCH_BUILD" --product roomcastd >&2 \
+        && swift build -c release --scratch-path "$BENCH_BUILD" --product roomcast-bench >&2)
+}
+
+port_free() { ! ss -Htln "sport = :$1" | grep -q .; }
+
+wait_listening() {
+    local port=$1 pid=$2 name=$3
+    for _ in $(seq 100); do
+        ss -Htln "sport = :$port" | grep -q . && return 0
+        kill -0 "$pid" 2>/dev/null || { log "$name exited at start:"; cat "$LOGDIR/$name.log" >&2; return 1; }
+        sleep 0.1
+    done
+    log "$name is not listening on $port after 10 s"
+    return 1
+}
+
+start_roomcastd() {
+    port_free "$ROOMCAST_PORT" || { log "port $ROOMCAST_PORT is busy (set ROOMCAST_PORT)"; return 1; }
+    taskset -c "$SERVER_CPU" "$BIN/roomcastd" --config "$CONF" --listen "127.0.0.1:$ROOMCAST_PORT" \
+        >"$LOGDIR/roomcastd.log" 2>&1 &
+    ROOMCAST_PID=$!
+    wait_listening "$ROOMCAST_PORT" "$ROOMCAST_PID" roomcastd
+}
+
+# Installs redis-server from Debian when it is missing and apt-get is there.
+# Returns non-zero (and the runs go on with roomcastd alone) when it cannot.
+ensure_redis() {
+    command -v redis-server >/dev/null && return 0
+    [ "${BENCH_NO_INSTALL:-}" = 1 ] && return 1
+    command -v apt-get >/dev/null || return 1
+    log "redis-server is missing: apt-get install -y redis-server"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >&2 \
+        || { $SUDO apt-get update -q >&2 && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >&2; } \
+        || return 1
+    command -v redis-server >/dev/null
+}
+
+start_redis() {
+    port_free "$REDIS_PORT" || { log "port $REDIS_PORT is busy (set REDIS_PORT)"; return 1; }
+    # No persistence; no output limit for subscribers (roomcastd's bench config is
+    # as generous); maxclients fits 19,000 idle clients under a 20,000 fd limit.
+    taskset -c "$SERVER_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --daemonize no --client-output-buffer-limit 'pubsub 0 0 0' --maxclients 19900 --tcp-backlog 1024 \
+        --loglevel warning >"$LOGDIR/redis.log" 2>&1 &
+    REDIS_PID=$!
+    wait_listening "$REDIS_PORT" "$REDIS_PID" redis
+}
+
+# bench_run TARGET ARGS...: one roomcast-bench run against TARGET
+# (roomcast|redis), pinned to the generator's core; prints its JSON line.
+bench_run() {
+    local target=$1; shift
+    local port pid
+    if [ "$target" = roomcast ]; then port=$ROOMCAST_PORT; pid=$ROOMCAST_PID; else port=$REDIS_PORT; pid=$REDIS_PID; fi
+    [ -n "$pid" ] || return 0
+    # Bounded: no single run may take more than 5 minutes.
+    timeout 300 taskset -c "$GEN_CPU" "$BIN/roomcast-bench" --target "$target" --port "$port" \
+        --server-pid "$pid" --json "$@" || { log "roomcast-bench $target $* failed"; return 0; }
+}
+
+machine_json() {
+    local model kernel
+    model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+    kernel=$(uname -r)
+    printf '{"machine": true, "nproc": %s, "cpu": "%s", "kernel": "%s", "date": "%s", "commit": "%s", "redis": "%s", "loadavg": "%s"}\n' \
+        "$(nproc)" "$model" "$kernel" "$(date -u +%Y-%m-%dT%H:%MZ)" \
+        "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+        "$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([^ ]*\).*/\1/p')" \
+        "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
