@@ -126,6 +126,17 @@ public final class EventLoop {
 
     private func token(_ id: WatchID) -> UInt64 { UInt64(id.generation) << 32 | UInt64(UInt32(id.slot)) }
 
+    /// Drops every watch and timer, and with them their handlers, for a loop
+    /// that is done: handlers usually capture the objects that own the loop,
+    /// and this breaks those reference cycles. Descriptors are not closed.
+    public func removeAll() {
+        for slot in watches.indices where watches[slot].handler != nil {
+            selector.deregister(watches[slot].fd)
+            release(slot)
+        }
+        timers.removeAll()
+    }
+
     // MARK: - Timers
 
     /// Runs `action` once, no earlier than `afterMs` milliseconds from now.

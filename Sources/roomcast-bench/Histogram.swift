@@ -17,6 +17,12 @@ struct Histogram {
         counts.initialize(repeating: 0, count: Self.bucketCount)
     }
 
+    /// Frees the storage; the histogram must not be used afterwards. The
+    /// generator keeps its histograms for the whole run; tests release theirs.
+    func release() {
+        counts.deallocate()
+    }
+
     @inline(__always)
     private static func index(_ v: UInt64) -> Int {
         if v < UInt64(subCount) { return Int(v) }

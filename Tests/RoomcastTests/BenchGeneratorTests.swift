@@ -56,6 +56,7 @@ import Testing
 
     @Test func histogramPercentilesAreWithinTwoPercent() {
         var h = roomcast_bench.Histogram()
+        defer { h.release() }
         for v in 1...100_000 { h.record(UInt64(v) * 1000) }   // 1 us ... 100 ms
         for (p, exact) in [(0.5, 50_000_000.0), (0.9, 90_000_000.0), (0.99, 99_000_000.0)] {
             let got = Double(h.percentile(p))
