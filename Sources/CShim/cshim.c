@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <malloc.h>
+
+int cshim_malloc_trim(void) { return malloc_trim(0); }
 
 int cshim_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
     return accept4(fd, addr, len, flags);

@@ -1,4 +1,6 @@
+import Glibc
 import RoomcastCore
+import RoomcastIO
 
 /// Where a connection is in its life (memcached's `conn_states`): changed
 /// only through `ConnectionTable.markClosing` and `Server`'s EOF handling.
@@ -70,6 +72,8 @@ struct Connection {
 /// in a flat array so that a broadcast is one pass under one exclusive
 /// access, copying no connection struct (issue 5's fast path).
 struct Outbox {
+    /// The connection's socket (for direct writes of large frames).
+    var fd: Int32 = -1
     /// Bytes owed to the peer.
     var queue = ByteQueue()
     /// Takes relayed frames: the slot is in use and not marked for close.
@@ -78,6 +82,10 @@ struct Outbox {
     var json = false
     /// In the table's flush list for this iteration.
     var queued = false
+    /// Got a frame since the last sweep of idle output buffers.
+    var recent = false
+    /// In the table's list of connections holding a drained output buffer.
+    var retained = false
 
     /// Bytes queued and not yet written.
     var pending: Int { queue.count }
@@ -107,6 +115,15 @@ final class ConnectionTable: FrameSink {
     var flushList: [Int] = []
     /// Connections marked for close, reaped at the end of the iteration.
     var closeList: [Int] = []
+    /// Connections that kept a drained output buffer (see `sweepIdleBuffers`).
+    private var retainedList: [Int] = []
+
+    /// Frames at least this large are written straight to an idle socket
+    /// (nothing queued for it) from the sender's buffer: the kernel's copy
+    /// is the only one, instead of one into the output queue first. Smaller
+    /// frames are queued and go out together, one write per connection per
+    /// loop iteration. In bytes.
+    static let directWriteBytes = 4096
 
     /// `limits.output_hard_bytes`.
     var outputHardBytes: Int
@@ -133,7 +150,7 @@ final class ConnectionTable: FrameSink {
         }
         generations[id] &+= 1
         slots[id] = Connection(fd: fd, generation: generations[id], dialect: dialect, address: address)
-        outboxes[id] = Outbox(accepting: true, json: dialect == .json)
+        outboxes[id] = Outbox(fd: fd, accepting: true, json: dialect == .json)
         count += 1
         if countPerIP { perIP[slots[id]!.ip, default: 0] += 1 }
         return id
@@ -165,16 +182,31 @@ final class ConnectionTable: FrameSink {
         let hard = outputHardBytes
         var translation: [UInt8]?? = nil  // the JSON form, made at most once
         var overHard: [Int] = []
+        var failed: [(id: Int, errno: Int32)] = []
         var newlyQueued: [Int] = []
         var count = 0
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ bytes: UnsafeRawBufferPointer, _ m: Int) {
-                if boxes[m].pending + bytes.count > hard {
+                var rest = bytes
+                if bytes.count >= Self.directWriteBytes && boxes[m].queue.isEmpty {
+                    switch Sys.send(boxes[m].fd, bytes.baseAddress!, bytes.count) {
+                    case .done(let n):
+                        rest = UnsafeRawBufferPointer(rebasing: bytes[n...])
+                    case .failed(let e):
+                        failed.append((m, e))
+                        return
+                    case .wouldBlock, .endOfFile:
+                        break
+                    }
+                }
+                count += 1
+                boxes[m].recent = true
+                guard !rest.isEmpty else { return }
+                if boxes[m].pending + rest.count > hard {
                     overHard.append(m)
                     return
                 }
-                boxes[m].queue.append(bytes)
-                count += 1
+                boxes[m].queue.append(rest)
                 if !boxes[m].queued {
                     boxes[m].queued = true
                     newlyQueued.append(m)
@@ -195,8 +227,39 @@ final class ConnectionTable: FrameSink {
             markClosing(m, reason: "slow consumer: \(outboxes[m].pending) bytes pending, the next frame would exceed "
                         + "output_hard_bytes (\(formatSize(outputHardBytes)))", warn: true)
         }
+        for (m, e) in failed { markClosing(m, reason: SystemError("send", errno: e).description) }
         deliveries &+= UInt64(count)
         return count
+    }
+
+    /// Notes that `id` drained its output and kept the buffer for the next
+    /// iteration (no malloc per broadcast while it is busy).
+    func retainDrainedBuffer(_ id: Int) {
+        guard outboxes[id].queue.capacity > 0, !outboxes[id].retained else { return }
+        outboxes[id].retained = true
+        retainedList.append(id)
+    }
+
+    /// Frees the kept buffers of connections that got nothing since the last
+    /// sweep, so idle connections cost no output memory. Work is proportional
+    /// to the connections holding a buffer, not to all connections.
+    /// - Returns: the bytes freed.
+    func sweepIdleBuffers() -> Int {
+        var freed = 0
+        retainedList.removeAll { id in
+            guard outboxes[id].retained else { return true }  // the slot was reused
+            if outboxes[id].recent {
+                outboxes[id].recent = false
+                return false
+            }
+            if outboxes[id].queue.isEmpty {
+                freed += outboxes[id].queue.capacity
+                outboxes[id].queue.release()
+            }
+            outboxes[id].retained = false
+            return true
+        }
+        return freed
     }
 
     /// The JSON form of an LTB frame for seed-002 clients (nil: none).

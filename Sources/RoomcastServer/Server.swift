@@ -31,6 +31,11 @@ public final class Server {
     static let readsPerWakeup = 4
     /// Time allowed to flush owed output after EOF or on stop, in ms.
     static let drainTimeoutMs: UInt64 = 5_000
+    /// How often drained output buffers of connections that got nothing
+    /// since the last sweep are freed, in ms.
+    static let bufferSweepMs: UInt64 = 1_000
+    /// Freed output buffer bytes after which a sweep calls malloc_trim(3).
+    static let trimAfterFreedBytes = 1 << 20
     /// Output buffer capacity a drained connection keeps, in bytes.
     static let retainedOutputBytes = 16 * 1024
     /// Retry delay while accepting is paused for lack of descriptors, in ms.
@@ -79,6 +84,7 @@ public final class Server {
     private var watchdogIntervalMs: UInt64 = 0
     private var nextStatusMs: UInt64 = 0
     private var nextStatsMs: UInt64 = .max
+    private var nextSweepMs: UInt64 = 0
 
     // Counters.
     private var framesIn: UInt64 = 0
@@ -185,7 +191,7 @@ public final class Server {
 
     private func computeTimeout(now: UInt64) -> Int32 {
         var deadline = nextStatusMs
-        deadline = min(deadline, nextWatchdogMs, nextStatsMs)
+        deadline = min(deadline, nextWatchdogMs, nextStatsMs, nextSweepMs)
         if let resume = acceptPausedUntil { deadline = min(deadline, resume) }
         if table.count != statusClients { deadline = min(deadline, lastStatus.ms + 1_000) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
@@ -587,6 +593,7 @@ public final class Server {
         }
         let armed = table.slots[id]!.writeArmed
         if pending == 0 {
+            table.retainDrainedBuffer(id)
             table.slots[id]!.softSinceMs = nil
             if table.slots[id]!.state == .draining {
                 table.markClosing(id, reason: stopping ? "daemon stopping" : "closed by peer")
@@ -681,6 +688,12 @@ public final class Server {
             nextStatusMs = now + Self.statusIntervalMs
         }
         if now >= nextStatsMs { logStats(now: now) }
+        if now >= nextSweepMs {
+            // After a burst (a reconnect storm's joins, say) hand the freed
+            // buffers back to the kernel, so idle connections cost no RSS.
+            if table.sweepIdleBuffers() >= Self.trimAfterFreedBytes { _ = cshim_malloc_trim() }
+            nextSweepMs = now + Self.bufferSweepMs
+        }
     }
 
     /// PROTOCOL.md §6: above `output_soft_bytes` for `output_soft_seconds` → closed.

@@ -97,7 +97,9 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
         if !engine.run(seconds: o.setupTimeout, until: { engine.allLaunchedOpen && extrasReady(step) }) {
             setupFailed("\(step) idle connections")
         }
-        engine.run(seconds: 0.5)   // let the server settle (frees, flushes)
+        // Let the server settle: roomcastd frees the output buffers of
+        // connections that got nothing for a second (sweeps every second).
+        engine.run(seconds: 2.5)
         samples.append(server?.rssKiB() ?? 0)
     }
     let connectSeconds = now() - start

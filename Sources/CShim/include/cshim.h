@@ -28,4 +28,8 @@ int cshim_block_signals_fd(const int *signals);
 /// pending (EAGAIN), -1 with errno set on error.
 int cshim_read_signal(int sfd);
 
+/// malloc_trim(3): gives free heap pages back to the kernel; returns 1 if
+/// memory was released. (<malloc.h> is not in Glibc's Swift module.)
+int cshim_malloc_trim(void);
+
 #endif

@@ -1,0 +1,106 @@
+import Glibc
+import Testing
+@testable import RoomcastCore
+@testable import RoomcastServer
+
+/// The daemon's output path without the event loop: the raw output queue,
+/// broadcasts into the connection table, direct writes of large frames and
+/// the sweep that frees idle connections' buffers (issue 5's fast path).
+@Suite struct OutputPathTests {
+    @Test func byteQueueAppendsConsumesGrowsAndSlides() {
+        var q = ByteQueue()
+        defer { q.release() }
+        var model: [UInt8] = []
+        var rng = SeededGenerator(state: 5)
+        for round in 0..<2_000 {
+            let n = Int.random(in: 0...700, using: &rng)
+            let chunk = (0..<n).map { UInt8(truncatingIfNeeded: $0 &+ round) }
+            chunk.withUnsafeBytes { q.append($0) }
+            model += chunk
+            let take = Int.random(in: 0...model.count, using: &rng)
+            q.withReadableBytes { #expect(Array($0) == model) }
+            q.consume(take, keepCapacity: 1 << 20)
+            model.removeFirst(take)
+            #expect(q.count == model.count)
+        }
+        q.consume(q.count, keepCapacity: 0)
+        #expect(q.isEmpty && q.capacity == 0, "an emptied queue over keepCapacity gives its storage back")
+    }
+
+    /// A table with `n` connections on socketpairs; returns the peer ends.
+    static func table(_ n: Int, hard: Int = 1 << 20) -> (ConnectionTable, [Int32], [Int32]) {
+        let t = ConnectionTable(outputHardBytes: hard, relaySettings: RelaySettings())
+        var ours: [Int32] = [], peers: [Int32] = []
+        for i in 0..<n {
+            var sv: [Int32] = [0, 0]
+            #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &sv) == 0)
+            #expect(t.add(fd: sv[0], dialect: .ltb, address: "127.0.0.1:\(1000 + i)") == i)
+            ours.append(sv[0])
+            peers.append(sv[1])
+        }
+        return (t, ours, peers)
+    }
+
+    static func drain(_ fd: Int32) -> [UInt8] {
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            if n <= 0 { return out }
+            out += buf[0..<n]
+        }
+    }
+
+    @Test func largeFramesGoStraightToIdleSocketsAndOrderIsKept() {
+        let (t, ours, peers) = Self.table(2)
+        defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        let small = FrameCodec.encode(type: 99, body: [1, 2, 3], byteOrder: .little)
+        let large = FrameCodec.encode(type: 99, body: [UInt8](repeating: 7, count: 8_000), byteOrder: .little)
+        // Connection 0 is idle: the large frame is written at once, nothing queued.
+        #expect(large.withUnsafeBytes { t.broadcast($0, from: 9, to: [0], except: -1) } == 1)
+        #expect(t.outboxes[0].pending == 0 && t.flushList.isEmpty)
+        #expect(Self.drain(peers[0]) == large)
+        // Connection 1 has a small frame queued: the large one queues behind it.
+        _ = small.withUnsafeBytes { t.broadcast($0, from: 9, to: [1], except: -1) }
+        _ = large.withUnsafeBytes { t.broadcast($0, from: 9, to: [1], except: -1) }
+        #expect(Self.drain(peers[1]).isEmpty, "nothing overtakes the queued small frame")
+        #expect(t.outboxes[1].pending == small.count + large.count)
+        #expect(t.flushList == [1])
+        t.outboxes[1].queue.withReadableBytes { #expect(Array($0) == small + large) }
+    }
+
+    @Test func idleBuffersAreFreedBySweepsBusyOnesKept() {
+        let (t, ours, peers) = Self.table(2)
+        defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 1, count: 100), byteOrder: .little)
+        func deliverAndDrain(_ ids: [Int]) {
+            _ = frame.withUnsafeBytes { t.broadcast($0, from: 9, to: ids, except: -1) }
+            for id in ids {
+                t.outboxes[id].queue.consume(t.outboxes[id].pending, keepCapacity: 16 * 1024)  // as a flush does
+                t.retainDrainedBuffer(id)
+            }
+        }
+        deliverAndDrain([0, 1])
+        #expect(t.outboxes[0].queue.capacity > 0 && t.outboxes[1].queue.capacity > 0, "drained buffers are kept")
+        #expect(t.sweepIdleBuffers() == 0, "both got a frame since the last sweep")
+        deliverAndDrain([0])
+        let idleCapacity = t.outboxes[1].queue.capacity
+        #expect(t.sweepIdleBuffers() == idleCapacity, "the sweep reports what it freed")
+        #expect(t.outboxes[1].queue.capacity == 0, "connection 1 got nothing for a sweep interval: freed")
+        #expect(t.outboxes[0].queue.capacity > 0, "connection 0 is busy: kept")
+        #expect(t.sweepIdleBuffers() > 0)
+        #expect(t.outboxes[0].queue.capacity == 0)
+    }
+
+    @Test func overTheHardLimitClosesOnlyThatRecipient() {
+        let (t, ours, peers) = Self.table(2, hard: 300)
+        defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 1, count: 100), byteOrder: .little)
+        _ = frame.withUnsafeBytes { t.broadcast($0, from: 9, to: [0, 1], except: -1) }
+        t.outboxes[1].queue.consume(t.outboxes[1].pending, keepCapacity: 0)  // 1 reads, 0 does not
+        for _ in 0..<2 { _ = frame.withUnsafeBytes { t.broadcast($0, from: 9, to: [0, 1], except: -1) } }
+        #expect(t.closeList == [0])
+        #expect(t.slots[0]?.closeReason.contains("output_hard_bytes") == true)
+        #expect(t.outboxes[1].pending == 2 * frame.count)
+    }
+}
