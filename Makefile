@@ -97,12 +97,14 @@ run: deps
 	$(SWIFT) build -c release
 	exec .build/release/roomcastd --config config/roomcastd.conf --listen 127.0.0.1:9898
 
+# The unit-file and man-page checks come first, so that the output closes on
+# the test runner's summary.
 test: deps
+	systemd/check-units.sh
+	$(MAKE) --no-print-directory check-man
 	$(SWIFT) build -c release
 	$(SWIFT) build --build-tests
 	ROOMCAST_SLOW_TESTS=1 $(SWIFT) test
-	systemd/check-units.sh
-	$(MAKE) --no-print-directory check-man
 
 # LeakSanitizer is told to ignore only what leaks inside XCTest and Foundation
 # (libFoundation and libFoundationEssentials: String(contentsOf:) in the tests)

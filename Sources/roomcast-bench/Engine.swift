@@ -426,14 +426,7 @@ final class Engine {
             let body = off + 6
             if type == dataType {
                 if role == .member {
-                    let p = scratch + body + payloadOffset
-                    if binary {
-                        deliver(Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
-                                UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
-                                UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)), now: now)
-                    } else {
-                        deliver(Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
-                    }
+                    deliverPayload(UnsafeRawPointer(scratch + body + payloadOffset), binary: binary, now: now)
                 } else {
                     publisherReceipts &+= 1
                 }
@@ -445,6 +438,19 @@ final class Engine {
             off = body + length
         }
         return off
+    }
+
+    /// Records one data frame's payload (publisher, sequence, send time),
+    /// binary or hex as the body format says; the same for LTB and RESP.
+    @inline(__always)
+    private func deliverPayload(_ p: UnsafeRawPointer, binary: Bool, now: UInt64) {
+        if binary {
+            deliver(Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
+                    UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
+                    UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)), now: now)
+        } else {
+            deliver(Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
+        }
     }
 
     /// Consumes whole RESP replies and pushes; returns the bytes used.
@@ -480,14 +486,7 @@ final class Engine {
                 off = at
                 if kindLen == 7 && base.load(fromByteOffset: kindStart, as: UInt8.self) == UInt8(ascii: "m") {
                     if role == .member, lastLen >= payloadOffset + (binary ? Wire.binaryPayloadSize : Wire.hexPayloadSize) {
-                        let p = base + lastStart + payloadOffset
-                        if binary {
-                            deliver(Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
-                                    UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
-                                    UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)), now: now)
-                        } else {
-                            deliver(Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
-                        }
+                        deliverPayload(base + lastStart + payloadOffset, binary: binary, now: now)
                     } else {
                         publisherReceipts &+= 1
                     }
