@@ -115,6 +115,10 @@ final class ConnectionTable: FrameSink {
     var flushList: [Int] = []
     /// Connections marked for close, reaped at the end of the iteration.
     var closeList: [Int] = []
+    /// Frames that could never fit a recipient's output limit on their own
+    /// (a JSON translation can be several times its frame): skipped for that
+    /// recipient, which is not slow, and logged by the server.
+    var oversizeSkips: [(id: Int, bytes: Int)] = []
     /// Connections that kept a drained output buffer (see `sweepIdleBuffers`).
     private var retainedList: [Int] = []
 
@@ -187,6 +191,10 @@ final class ConnectionTable: FrameSink {
         var count = 0
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ bytes: UnsafeRawBufferPointer, _ m: Int) {
+                guard bytes.count <= hard else {
+                    oversizeSkips.append((m, bytes.count))
+                    return
+                }
                 var rest = bytes
                 if bytes.count >= Self.directWriteBytes && boxes[m].queue.isEmpty {
                     switch Sys.send(boxes[m].fd, bytes.baseAddress!, bytes.count) {

@@ -16,7 +16,10 @@ public enum LogSink: Equatable, Sendable {
     public static func resolve(_ target: LogTarget) -> LogSink {
         let onJournal = stderrIsJournal()
         switch target {
-        case .journal: return .journal
+        case .journal:
+            // Without journald (a container, a shell) every record would be
+            // lost, fatal ones too: fall back to stderr.
+            return access("/run/systemd/journal/socket", W_OK) == 0 ? .journal : .stderr(syslogPrefix: onJournal)
         case .stderr: return .stderr(syslogPrefix: onJournal)
         case .auto: return onJournal ? .journal : .stderr(syslogPrefix: false)
         }
@@ -73,38 +76,47 @@ public final class Logger {
     }
 
     /// A warning caused by a peer (bad input, limits): at most `rateBurst`
-    /// per `rateWindowMs` for each `kind`; the rest are counted and reported
-    /// in one line when the next window opens.
-    public func peerWarning(kind: String, nowMs: UInt64, _ message: @autoclosure () -> String,
+    /// per `rateWindowMs` for each `reason`; the rest are counted and
+    /// reported in one line when the next window opens. `reason` is a stable
+    /// snake_case code (`bad_frame`, `slow_consumer`, ...) logged as the
+    /// `REASON` field, so `journalctl -F REASON` lists kinds, not instances.
+    public func peerWarning(reason: String, nowMs: UInt64, _ message: @autoclosure () -> String,
                             _ fields: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
         guard enabled(.warning) else { return }
-        var entry = limits[kind] ?? (nowMs, 0, 0)
+        var entry = limits[reason] ?? (nowMs, 0, 0)
         if nowMs &- entry.windowStart >= rateWindowMs {
             if entry.suppressed > 0 {
-                emit(.warning, "suppressed \(entry.suppressed) similar warnings (\(kind)) in the last \(formatDuration(ms: nowMs &- entry.windowStart))", ["REASON": kind])
+                emit(.warning, "suppressed \(entry.suppressed) similar warnings (\(reason)) in the last \(formatDuration(ms: nowMs &- entry.windowStart))",
+                     ["REASON": reason])
             }
             entry = (nowMs, 0, 0)
         }
         entry.count += 1
         if entry.count <= rateBurst {
-            emit(.warning, message(), fields())
+            emit(.warning, message(), fields(), reason: reason)
         } else {
             entry.suppressed += 1
         }
-        limits[kind] = entry
+        limits[reason] = entry
     }
 
-    private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>) {
+    private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String? = nil) {
         switch sink {
         case .journal:
             var entries = ["MESSAGE=" + message, "PRIORITY=\(level.syslogPriority)", "SYSLOG_IDENTIFIER=" + identifier]
+            if let reason { entries.append("REASON=" + reason) }
             for (k, v) in fields { entries.append(k + "=" + v) }
             Self.sendJournal(entries)
         case .stderr(let prefix):
+            // One record, one line: text from peers (room and user names) is
+            // escaped, so a client cannot forge log lines (journald keeps the
+            // fields binary-safe instead).
             var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
-            line += message
+            line += Self.escaped(message)
+            if let reason { line += " REASON=" + reason }
             for (k, v) in fields {
-                line += " " + k + "=" + (v.contains(" ") || v.isEmpty ? "\"" + v + "\"" : v)
+                let value = Self.escaped(v)
+                line += " " + k + "=" + (v.contains(" ") || v.contains("\"") || v.isEmpty ? "\"" + value + "\"" : value)
             }
             line += "\n"
             var bytes = Array(line.utf8)
@@ -116,6 +128,30 @@ public final class Logger {
                 }
             }
         }
+    }
+
+    /// `text` with backslash, double quote and control characters escaped
+    /// (`\\`, `\"`, `\n`, `\x1b`, ...), so that it stays on one line.
+    static func escaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0 == "\"" || $0 == "\\" || $0.value == 0x7F }) else { return text }
+        var out = ""
+        for s in text.unicodeScalars {
+            switch s {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if s.value < 0x20 || s.value == 0x7F {
+                    let hex = String(s.value, radix: 16)
+                    out += "\\x" + (hex.count < 2 ? "0" + hex : hex)
+                } else {
+                    out.unicodeScalars.append(s)
+                }
+            }
+        }
+        return out
     }
 
     /// One datagram to journald: every `FIELD=value` entry packed into one

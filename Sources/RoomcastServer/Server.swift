@@ -140,6 +140,7 @@ public final class Server {
         }
         scheduleStats(now: now)
         lastStatus = (now, 0, 0)
+        lastStats = (now, 0, 0, 0)
         systemd.notify("READY=1\nSTATUS=" + statusLine(now: now))
         logger.info("roomcastd ready", ["LISTEN": listeners.map(\.address).joined(separator: " ")])
         nextStatusMs = now + Self.statusIntervalMs
@@ -268,17 +269,17 @@ public final class Server {
             let address = Socket.format(storage)
             if table.count >= config.server.maxClients {
                 Sys.close(fd)
-                logger.peerWarning(kind: "max-clients", nowMs: now,
+                logger.peerWarning(reason: "max_clients", nowMs: now,
                                    "refused \(address): server.max_clients (\(config.server.maxClients)) reached",
-                                   ["CLIENT_ADDR": address, "REASON": "max_clients"])
+                                   ["CLIENT_ADDR": address])
                 continue
             }
             let perIP = config.server.maxClientsPerIP
             if perIP > 0, case let ip = Connection.ip(of: address), table.perIP[ip, default: 0] >= perIP {
                 Sys.close(fd)
-                logger.peerWarning(kind: "max-clients-per-ip", nowMs: now,
+                logger.peerWarning(reason: "max_clients_per_ip", nowMs: now,
                                    "refused \(address): server.max_clients_per_ip (\(perIP)) reached for \(ip)",
-                                   ["CLIENT_ADDR": address, "REASON": "max_clients_per_ip"])
+                                   ["CLIENT_ADDR": address])
                 continue
             }
             _ = Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
@@ -394,7 +395,7 @@ public final class Server {
                 offset += size
                 framesIn &+= 1
                 liveness.touch(id, nowMs: now)
-                guard withinRateLimits(id, bytes: size, now: now) else {
+                guard withinRateLimits(id, bytes: size, type: type, now: now) else {
                     guard table.slots[id]!.state == .open else { return bytes.count }
                     continue
                 }
@@ -410,7 +411,7 @@ public final class Server {
     /// Takes one frame of `bytes` (header included) from the connection's
     /// token buckets. A frame over `frames_per_second` or `bytes_per_second`
     /// is dropped and counts as a violation.
-    private func withinRateLimits(_ id: Int, bytes: Int, now: UInt64) -> Bool {
+    private func withinRateLimits(_ id: Int, bytes: Int, type: UInt16?, now: UInt64) -> Bool {
         var exceeded: String?
         if table.slots[id]!.frameBucket != nil, !table.slots[id]!.frameBucket!.take(1, nowMs: now) {
             exceeded = "limits.frames_per_second (\(config.limits.framesPerSecond))"
@@ -418,7 +419,7 @@ public final class Server {
             exceeded = "limits.bytes_per_second (\(formatSize(config.limits.bytesPerSecond)))"
         }
         guard let exceeded else { return true }
-        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)"), type: nil, now: now)
+        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)"), type: type, code: "rate_limit", now: now)
         return false
     }
 
@@ -436,9 +437,9 @@ public final class Server {
     /// further, so only this client is closed (PROTOCOL.md §1).
     private func frameTooLarge(_ id: Int, claimed: UInt32, limit: Int, now: UInt64) {
         let address = table.slots[id]!.address
-        logger.peerWarning(kind: "frame-too-large", nowMs: now,
+        logger.peerWarning(reason: "frame_too_large", nowMs: now,
                            "\(address): frame length \(claimed) exceeds max_frame_bytes (\(limit)); closing",
-                           ["CLIENT_ADDR": address, "REASON": "frame_too_large", "LENGTH": String(claimed)])
+                           ["CLIENT_ADDR": address, "LENGTH": String(claimed)])
         table.markClosing(id, reason: "frame length \(claimed) exceeds max_frame_bytes \(limit)")
     }
 
@@ -461,7 +462,7 @@ public final class Server {
                 offset += JSONFrameCodec.headerSize + length
                 framesIn &+= 1
                 jsonLiveness.touch(id, nowMs: now)
-                if withinRateLimits(id, bytes: JSONFrameCodec.headerSize + length, now: now) {
+                if withinRateLimits(id, bytes: JSONFrameCodec.headerSize + length, type: nil, now: now) {
                     handleJSONCommand(id, body, now: now)
                 }
                 guard table.slots[id]!.state == .open else { return bytes.count }
@@ -501,15 +502,15 @@ public final class Server {
     }
 
     /// Logs a dropped frame and closes its sender at `max_violations`.
-    /// `type` is nil for JSON bodies.
-    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, now: UInt64) {
+    /// `type` is nil for JSON bodies; `code` is the log's REASON.
+    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, code: String = "bad_frame", now: UInt64) {
         guard case .rejected(let reason, let violations, let disconnect) = event else { return }
         let address = table.slots[id]!.address
         let max = config.protocol.maxViolations
-        let what = type.map { "frame of type \($0)" } ?? "JSON frame"
-        logger.peerWarning(kind: "bad-frame", nowMs: now,
-                           "\(address): dropped bad \(what): \(reason) (violation \(violations) of \(max))",
-                           ["CLIENT_ADDR": address, "REASON": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
+        let what = (code == "bad_frame" ? "bad " : "") + (type.map { "frame of type \($0)" } ?? "JSON frame")
+        logger.peerWarning(reason: code, nowMs: now,
+                           "\(address): dropped \(what): \(reason) (violation \(violations) of \(max))",
+                           ["CLIENT_ADDR": address, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
         if disconnect {
             table.markClosing(id, reason: "\(violations) bad frames (protocol.max_violations = \(max))")
         }
@@ -626,6 +627,14 @@ public final class Server {
     /// neither produces more work (a reap may queue leave frames; a failed
     /// write may mark another close). Terminates: connections only go away.
     private func reapAndFlush(now: UInt64) {
+        for (id, bytes) in table.oversizeSkips {
+            guard let c = table.slots[id] else { continue }
+            logger.peerWarning(reason: "frame_over_output_limit", nowMs: now,
+                               "\(c.address): a \(bytes)-byte frame (as this client's dialect encodes it) exceeds output_hard_bytes "
+                               + "(\(formatSize(config.limits.outputHardBytes))) on its own; not delivered to this client",
+                               ["CLIENT_ADDR": c.address, "LENGTH": String(bytes)])
+        }
+        table.oversizeSkips.removeAll()
         while !table.closeList.isEmpty || !table.flushList.isEmpty {
             while let id = table.closeList.popLast() { reap(id) }
             let list = table.flushList
@@ -637,8 +646,8 @@ public final class Server {
     private func reap(_ id: Int) {
         guard let c = table.slots[id] else { return }
         if c.closeWarns {
-            logger.peerWarning(kind: "slow-consumer", nowMs: clock(), "\(c.address): closing: \(c.closeReason)",
-                               ["CLIENT_ADDR": c.address, "REASON": c.closeReason, "ROOM": relay.room(of: id) ?? ""])
+            logger.peerWarning(reason: "output_hard_limit", nowMs: clock(), "\(c.address): closing: \(c.closeReason)",
+                               ["CLIENT_ADDR": c.address, "ROOM": relay.room(of: id) ?? ""])
         }
         depart(id)
         untrackLiveness(id)
@@ -708,9 +717,9 @@ public final class Server {
                 return true
             }
             guard now &- since >= window else { return false }
-            logger.peerWarning(kind: "slow-consumer", nowMs: now,
+            logger.peerWarning(reason: "output_soft_limit", nowMs: now,
                                "\(c.address): slow consumer, \(pending) bytes pending for \(formatDuration(ms: now - since)); closing",
-                               ["CLIENT_ADDR": c.address, "REASON": "output_soft_limit", "ROOM": relay.room(of: id) ?? ""])
+                               ["CLIENT_ADDR": c.address, "ROOM": relay.room(of: id) ?? ""])
             table.markClosing(id, reason: "slow consumer: output above output_soft_bytes (\(formatSize(soft))) for \(formatDuration(ms: window))")
             return true
         }
@@ -807,7 +816,7 @@ public final class Server {
             for id in table.slots.indices where table.slots[id] != nil { resetRateLimits(id, now: now) }
         }
         logger.level = applied.log.level
-        scheduleStats(now: now)
+        if applied.log.statsIntervalMs != old.log.statsIntervalMs { scheduleStats(now: now) }
         logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])
         systemd.notify("READY=1\nSTATUS=" + statusLine(now: now))
     }

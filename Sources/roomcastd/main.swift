@@ -50,6 +50,15 @@ do {
     fail(error.description, status: exConfig)
 }
 
+// Every address must be bound once: the file's check covers its own lines,
+// this one the command line's --listen and [json] listen too.
+var seenAddresses = Set<ListenAddress>()
+for address in config.server.listen + config.json.listen where address.port != 0 {
+    guard seenAddresses.insert(address).inserted else {
+        fail("listen address \(address) is given twice (--listen, [server] listen and [json] listen must differ)", status: exUsage)
+    }
+}
+
 if invocation.checkConfig {
     print("\(invocation.configPath): configuration is valid")
     exit(0)

@@ -92,6 +92,29 @@ import Testing
         #expect(t.outboxes[0].queue.capacity == 0)
     }
 
+    /// A frame whose JSON form alone exceeds output_hard_bytes is skipped for
+    /// that JSON client (it is not slow); LTB recipients still get it.
+    @Test func oversizeTranslationIsSkippedNotAClose() {
+        let t = ConnectionTable(outputHardBytes: 1_000, relaySettings: RelaySettings())
+        var fds: [Int32] = []
+        for (i, dialect) in [Dialect.ltb, .json].enumerated() {
+            var sv: [Int32] = [0, 0]
+            #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &sv) == 0)
+            #expect(t.add(fd: sv[0], dialect: dialect, address: "127.0.0.1:\(2000 + i)") == i)
+            fds += sv
+        }
+        defer { t.remove(0); t.remove(1); fds.forEach { close($0) } }
+        // 400 control characters: 6 bytes each in JSON ("\u0001").
+        let text = String(repeating: "\u{1}", count: 400)
+        let frame = FrameCodec.encode(type: 2, body: ChatMessage(user: UserInfo(level: 1, name: "a", iconURL: ""), text: text).serialized(),
+                                      byteOrder: .little)
+        #expect(frame.count < 1_000)
+        #expect(frame.withUnsafeBytes { t.broadcast($0, from: 0, to: [0, 1], except: -1) } == 1)
+        #expect(t.closeList.isEmpty, "nobody is closed")
+        #expect(t.oversizeSkips.map(\.id) == [1] && t.oversizeSkips[0].bytes > 1_000)
+        #expect(t.outboxes[0].pending == frame.count)
+    }
+
     @Test func overTheHardLimitClosesOnlyThatRecipient() {
         let (t, ours, peers) = Self.table(2, hard: 300)
         defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }

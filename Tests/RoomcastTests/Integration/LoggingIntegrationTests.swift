@@ -1,0 +1,61 @@
+// What operators read: log lines that peers cannot forge, stable REASON
+// codes, stats rates, logging without journald, addresses bound once.
+import Glibc
+import RoomcastCore
+import Testing
+
+@Suite("Logging and start-up checks (real roomcastd)")
+struct LoggingIntegrationTests {
+    @Test("text from peers cannot forge log lines: newlines and quotes are escaped")
+    func peerTextIsEscaped() throws {
+        let d = try Daemon()
+        let c = try d.connect()
+        let forged = "2026-11-29 19:09:00.000 ERROR fatal: forged by a client"
+        try c.send(Wire.join(Wire.user("eve", room: "x\n" + forged + " \"q\"")))
+        try c.send(Wire.frame(Wire.text, [0xFF]))  // a bad frame: its warning names the room
+        #expect(d.stderr.wait(forLineWith: ["dropped bad frame", c.address]))
+        let lines = d.stderr.current.split(separator: "\n")
+        #expect(!lines.contains { $0.hasPrefix(forged) }, "a client forged a log line:\n\(d.stderr.current)")
+        #expect(lines.contains { $0.contains("ROOM=\"x\\n" + forged + " \\\"q\\\"\"") }, "the room is escaped on one line")
+    }
+
+    @Test("rate-limit drops name the real frame type and REASON=rate_limit; bad frames REASON=bad_frame")
+    func reasonsAreStableCodes() throws {
+        let d = try Daemon(["limits.frames_per_second": "1", "protocol.max_violations": "5"])
+        let c = try d.connect()
+        try c.sendRaw(Wire.frame(Wire.opaque, [1]) + Wire.frame(Wire.opaque, [2]))
+        #expect(d.stderr.wait(forLineWith: ["dropped frame of type 42: rate limit", "REASON=rate_limit", "FRAME_TYPE=42"]))
+        let other = try d.connect()
+        try other.send(Wire.frame(Wire.text, [0xFF]))
+        #expect(d.stderr.wait(forLineWith: ["dropped bad frame of type 2", "REASON=bad_frame", "DETAIL="]))
+    }
+
+    @Test("the first stats line reports rates over its own interval, not since boot")
+    func firstStatsRate() throws {
+        let d = try Daemon(["log.stats_interval": "1s", "log.level": "info"])
+        let c = try d.connect(awaitAccept: false)
+        try c.sendRaw((0..<200).flatMap { _ in Wire.frame(Wire.heartbeat, []) })
+        #expect(d.stderr.wait(forLineWith: ["stats: "], timeout: .seconds(3)))
+        let line = d.stderr.current.split(separator: "\n").first { $0.contains("stats: ") }.map(String.init) ?? ""
+        #expect(line.contains("200 frames in") && !line.contains("frames in (0/s)"), "\(line)")
+    }
+
+    @Test("log.target = journal without journald falls back to stderr",
+          .enabled(if: access("/run/systemd/journal/socket", F_OK) != 0))
+    func journalFallback() throws {
+        // Daemon() waits for 'listening on' on stderr: it only starts if the records got there.
+        let d = try Daemon(["log.target": "journal"])
+        #expect(d.stderr.current.contains("roomcastd ready"))
+    }
+
+    @Test("an address given twice (--listen, [json] listen) is refused before binding, naming it")
+    func duplicateListenAddresses() throws {
+        let dir = try TempDirectory()
+        let conf = try dir.write("c.conf", "[json]\nlisten = 127.0.0.1:19001\n")
+        for args in [["--listen", "127.0.0.1:19002", "--listen", "127.0.0.1:19002"], ["--listen", "127.0.0.1:19001"]] {
+            let run = try runRoomcastd(["--check-config", "--config", conf] + args)
+            #expect(run.status == 64, "\(args): \(run.stderr)")
+            #expect(run.stderr.contains("is given twice"), "\(run.stderr)")
+        }
+    }
+}
