@@ -239,7 +239,8 @@ let mainUsage = """
       listen   print every event of a room, as text or as JSON lines
 
     Run 'roomcast SUBCOMMAND --help' for the options of each.
-    Exit status: 0 ok, 1 failure (refused, timeout, rejected), 64 bad usage.
+    Exit status: 0 ok, 1 failure (refused, timeout, rejected), 64 bad usage,
+    130 send interrupted.
     """
 
 private let commonHelp = """
