@@ -258,7 +258,7 @@ public final class Server {
                     pauseAccepting(now: now, errno: e)
                     return
                 default:
-                    logger.error("accept on \(listeners[index].address) failed", ["REASON": SystemError("accept4", errno: e).description])
+                    logger.error("accept on \(listeners[index].address) failed", ["REASON": "accept_failed", "DETAIL": SystemError("accept4", errno: e).description])
                     return
                 }
             }
@@ -290,7 +290,7 @@ public final class Server {
             do throws(SystemError) {
                 try selector.register(fd, token: Self.token(.connection, id, generation: table.slots[id]!.generation))
             } catch {
-                logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": error.description])
+                logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": "epoll_failed", "DETAIL": error.description])
                 Sys.close(fd)
                 table.remove(id)
                 continue
@@ -314,7 +314,7 @@ public final class Server {
         if !acceptPauseEpisode {
             acceptPauseEpisode = true
             logger.warning("out of file descriptors: accepting paused, retrying every \(formatDuration(ms: Self.acceptRetryMs)) (\(table.count) clients)",
-                           ["REASON": SystemError("accept4", errno: e).description])
+                           ["REASON": "out_of_descriptors", "DETAIL": SystemError("accept4", errno: e).description])
         }
     }
 
@@ -325,7 +325,7 @@ public final class Server {
                 try selector.register(listeners[i].fd, token: Self.token(.listener, i))
                 listeners[i].registered = true
             } catch {
-                logger.error("cannot watch listener \(listeners[i].address)", ["REASON": error.description])
+                logger.error("cannot watch listener \(listeners[i].address)", ["REASON": "epoll_failed", "DETAIL": error.description])
             }
         }
     }
@@ -654,7 +654,7 @@ public final class Server {
         selector.deregister(c.fd)
         Sys.close(c.fd)
         table.remove(id)
-        logger.debug("client disconnected: \(c.closeReason)", ["CLIENT_ADDR": c.address, "REASON": c.closeReason])
+        logger.debug("client disconnected: \(c.closeReason)", ["CLIENT_ADDR": c.address, "DETAIL": c.closeReason])
     }
 
     // MARK: - Timers
@@ -782,7 +782,7 @@ public final class Server {
         do {
             new = try Config.load(path: path)
         } catch {
-            logger.error("reload failed, keeping the running configuration: \(error)", ["REASON": error.description, "CONFIG_FILE": path])
+            logger.error("reload failed, keeping the running configuration: \(error)", ["REASON": "reload_failed", "DETAIL": error.description, "CONFIG_FILE": path])
             systemd.notify("READY=1\nSTATUS=reload failed: \(error.description); " + statusLine(now: clock()))
             return
         }

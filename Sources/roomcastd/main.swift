@@ -73,7 +73,7 @@ do {
                             systemd: systemd, logger: logger, signalFD: signalFD)
     exit(try server.run())
 } catch {
-    logger.error("fatal: \(error.description)", ["REASON": error.description])
+    logger.error("fatal: \(error.description)", ["REASON": "fatal", "DETAIL": error.description])
     systemd.notify("STATUS=failed: \(error.description)\nERRNO=\(error.errno)")
     exit(1)
 }
