@@ -130,28 +130,11 @@ public final class Logger {
         }
     }
 
-    /// `text` with backslash, double quote and control characters escaped
-    /// (`\\`, `\"`, `\n`, `\x1b`, ...), so that it stays on one line.
+    /// `text` on one line: JSON's escaping (`\\`, `\"`, `\n`, `\u001b`, ...)
+    /// without the surrounding quotes.
     static func escaped(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0 == "\"" || $0 == "\\" || $0.value == 0x7F }) else { return text }
-        var out = ""
-        for s in text.unicodeScalars {
-            switch s {
-            case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            default:
-                if s.value < 0x20 || s.value == 0x7F {
-                    let hex = String(s.value, radix: 16)
-                    out += "\\x" + (hex.count < 2 ? "0" + hex : hex)
-                } else {
-                    out.unicodeScalars.append(s)
-                }
-            }
-        }
-        return out
+        let literal = jsonStringLiteral(text)
+        return String(literal.dropFirst().dropLast())
     }
 
     /// One datagram to journald: every `FIELD=value` entry packed into one

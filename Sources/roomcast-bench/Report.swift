@@ -1,4 +1,5 @@
 import Glibc
+import RoomcastCore
 
 /// The figures of one run, in the order they are printed: a human table,
 /// or one JSON object (`--json`) for scripts.
@@ -38,7 +39,7 @@ struct Report {
         switch v {
         case .int(let n): return String(n)
         case .double(let d, let digits): return d.isFinite ? fixed(d, digits) : "null"
-        case .string(let s): return "\"" + escape(s) + "\""
+        case .string(let s): return jsonStringLiteral(s)
         case .bool(let b): return b ? "true" : "false"
         case .ints(let a): return "[" + a.map(String.init).joined(separator: ", ") + "]"
         case .null: return "null"
@@ -54,20 +55,6 @@ struct Report {
         case .ints(let a): return a.map(grouped).joined(separator: ", ")
         case .null: return "-"
         }
-    }
-
-    private static func escape(_ s: String) -> String {
-        var out = ""
-        for c in s.unicodeScalars {
-            switch c {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            default:
-                if c.value < 0x20 { out += "\\u00" + hex(UInt64(c.value), digits: 2) } else { out.unicodeScalars.append(c) }
-            }
-        }
-        return out
     }
 }
 

@@ -1,5 +1,6 @@
 import Glibc
 import RoomcastClient
+import RoomcastCore
 
 /// Writes all of `text` to `fd`, retrying EINTR and short writes.
 /// - Returns: false if the descriptor is gone (EPIPE and other errors).
@@ -63,28 +64,8 @@ func describe(_ event: ClientEvent, room: String?) -> String {
     }
 }
 
-/// A JSON string literal (RFC 8259): quotes, backslashes and control
-/// characters escaped; everything else as UTF-8.
-func jsonString(_ text: String) -> String {
-    var out = "\""
-    for scalar in text.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        default:
-            if scalar.value < 0x20 {
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-    }
-    return out + "\""
-}
+/// A JSON string literal (RoomcastCore's escaping).
+func jsonString(_ text: String) -> String { jsonStringLiteral(text) }
 
 private func json(_ user: UserInfo) -> String {
     "{\"name\":\(jsonString(user.name)),\"level\":\(user.level),\"iconURL\":\(jsonString(user.iconURL))"

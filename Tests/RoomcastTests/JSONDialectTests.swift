@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import RoomcastCore
 @testable import RoomcastServer
@@ -60,5 +61,23 @@ import Testing
         let f = try #require(try d.next())
         #expect(f.type == 2)
         #expect(try ChatMessage(protobuf: f.body) == ChatMessage(user: UserInfo(level: 0, name: "guest232", iconURL: ""), text: "hi"))
+    }
+}
+
+/// The one JSON string escaper (client --json, bench report, log lines)
+/// against Foundation's parser: every string round-trips and stays on one line.
+@Suite struct JSONStringLiteralTests {
+    @Test func roundTripsThroughJSONSerialization() throws {
+        var rng = SeededGenerator(state: 11)
+        let alphabet: [Unicode.Scalar] = ["a", "\"", "\\", "\n", "\r", "\t", "\u{0}", "\u{1}", "\u{1F}", "\u{7F}", "é", "世", "😀", "/", " "]
+        for _ in 0..<500 {
+            var s = String.UnicodeScalarView()
+            for _ in 0..<Int.random(in: 0...20, using: &rng) { s.append(alphabet.randomElement(using: &rng)!) }
+            let text = String(s)
+            let literal = jsonStringLiteral(text)
+            #expect(!literal.contains("\n") && !literal.contains("\r"))
+            let parsed = try JSONSerialization.jsonObject(with: Data(literal.utf8), options: [.fragmentsAllowed]) as? String
+            #expect(parsed == text, "\(literal)")
+        }
     }
 }
