@@ -197,27 +197,33 @@ uninstall:
 # An incremental rebuild once produced binaries without coverage instrumentation
 # ("no interesting inputs ... Is the code instrumented?"): each binary is checked
 # for coverage on its seeds (INITED cov:), and the build redone from clean if not.
-FUZZ_BUILD_ALL = for t in $(FUZZ_TARGETS); do \
-	    $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD) \
-	        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library 2>&1 | grep -v 'Cannot export local symbol' ; \
-	done
-FUZZ_INSTRUMENTED = for t in $(FUZZ_TARGETS); do \
-	    $(FUZZ_BUILD)/release/$$t -runs=0 Tests/Fuzz/corpus/$$t 2>&1 | grep 'INITED cov:' >/dev/null || exit 1; \
-	done
+# Each target builds in a build path and module cache of its own. Open
+# problem: SwiftPM 6.3 sometimes links a fuzzer without coverage
+# instrumentation (no __sancov sections; seen from a clean build path, cause
+# not found). Such a binary is rebuilt once from clean; if it is still
+# uninstrumented, a WARNING says so and it runs anyway (libFuzzer then
+# mutates blindly, so it still finds crashes, only fewer).
+FUZZ_BUILD_ONE = $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD)/$$t \
+	        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library \
+	        -Xswiftc -module-cache-path -Xswiftc $(abspath $(FUZZ_BUILD))/$$t/module-cache \
+	        2>&1 | grep -v 'Cannot export local symbol'
+FUZZ_INSTRUMENTED = $(FUZZ_BUILD)/$$t/release/$$t -runs=0 Tests/Fuzz/corpus/$$t 2>&1 | grep 'INITED cov:' >/dev/null
 
 fuzz:
-	@$(FUZZ_BUILD_ALL)
-	@if ! ( $(FUZZ_INSTRUMENTED) ); then \
-	    echo "fuzz: a fuzzer has no coverage instrumentation: rebuilding from clean"; \
-	    rm -rf $(FUZZ_BUILD)/release $(FUZZ_BUILD)/x86_64-unknown-linux-gnu/release; \
-	    $(FUZZ_BUILD_ALL); \
-	    ( $(FUZZ_INSTRUMENTED) ) || { echo "fuzz: still not instrumented"; exit 1; }; \
-	fi
+	@for t in $(FUZZ_TARGETS); do \
+	    $(FUZZ_BUILD_ONE); \
+	    if ! $(FUZZ_INSTRUMENTED); then \
+	        echo "fuzz: $$t has no coverage instrumentation: rebuilding it from clean"; \
+	        rm -rf $(FUZZ_BUILD)/$$t; \
+	        $(FUZZ_BUILD_ONE); \
+	        $(FUZZ_INSTRUMENTED) || echo "fuzz: WARNING: $$t is still not instrumented for coverage: fuzzing it blind"; \
+	    fi; \
+	done
 	@mkdir -p $(FUZZ_BUILD)/artifacts
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
-	    $(FUZZ_BUILD)/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
+	    $(FUZZ_BUILD)/$$t/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
 	        -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 	        -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- 2>&1 | grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|dictionary|^"' ; \
 	done
