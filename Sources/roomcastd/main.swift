@@ -66,6 +66,10 @@ if invocation.checkConfig {
 
 let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target))
 logger.info("roomcastd \(roomcastVersion) starting", ["CONFIG_FILE": invocation.configPath])
+if config.log.target == .journal, logger.sink != .journal {
+    logger.warning("log.target = journal, but journald is not reachable (/run/systemd/journal/socket); logging to stderr",
+                   ["REASON": "journal_unavailable"])
+}
 
 do {
     let server = try Server(config: config,

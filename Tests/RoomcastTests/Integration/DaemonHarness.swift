@@ -264,7 +264,8 @@ final class Daemon {
     private(set) var jsonPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
-    /// waits for `listening on ...` on stderr and READY=1 (10 s each).
+    /// waits for READY=1 and `roomcastd ready` on stderr (10 s each), so
+    /// `log.level` must stay at `info` or below.
     /// - Parameters:
     ///   - environment: extra variables for the child (e.g. `WATCHDOG_USEC`).
     ///   - socketActivation: start it through `systemd-socket-activate` with
@@ -315,9 +316,12 @@ final class Daemon {
         // `directory`'s deinit removes the files.
     }
 
-    /// Waits for the listening address on stderr and READY=1.
+    /// Waits for READY=1 and the `roomcastd ready` line on stderr. That line
+    /// is written after READY=1 and after every `listening on` line, so all
+    /// of them have been read once it is seen (the notify socket and the
+    /// stderr pipe are read by different threads: READY=1 alone could win).
     func waitUntilReady(timeout: Duration = .seconds(10)) throws {
-        guard stderr.wait(for: "listening on ", timeout: timeout), notify.wait(for: "READY=1", timeout: timeout) != nil else {
+        guard notify.wait(for: "READY=1", timeout: timeout) != nil, stderr.wait(for: "roomcastd ready", timeout: timeout) else {
             throw HarnessError("roomcastd did not become ready within \(timeout); stderr:\n\(stderr.current)")
         }
         let lines = stderr.current.split(separator: "\n").filter { $0.contains("listening on ") }
