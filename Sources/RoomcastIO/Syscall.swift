@@ -66,6 +66,23 @@ package enum Sys {
         return setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size)) == 0
     }
 
+    /// Raises the soft `RLIMIT_NOFILE` to the hard limit, as a program that
+    /// needs many descriptors and never calls select(2) should (systemd.exec(5),
+    /// `LimitNOFILE=`: the soft limit stays 1024 for select()'s sake).
+    /// - Returns: the soft limit in force afterwards, in descriptors
+    ///   (`RLIM_INFINITY` as `UInt64.max`); unchanged if setrlimit(2) fails.
+    package static func raiseDescriptorLimit() -> UInt64 {
+        var limit = rlimit()
+        let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        guard getrlimit(resource, &limit) == 0 else { return UInt64.max }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(resource, &raised) == 0 { limit = raised }
+        }
+        return limit.rlim_cur == rlim_t.max ? UInt64.max : UInt64(limit.rlim_cur)  // RLIM_INFINITY
+    }
+
     /// Milliseconds on CLOCK_MONOTONIC: the daemon's only clock.
     package static func monotonicMs() -> UInt64 {
         var ts = timespec()

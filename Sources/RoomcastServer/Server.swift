@@ -42,6 +42,9 @@ public final class Server {
     static let acceptRetryMs: UInt64 = 100
     /// How often STATUS= is refreshed, in ms.
     static let statusIntervalMs: UInt64 = 2_000
+    /// Descriptors the daemon holds besides its clients: stdio, epoll,
+    /// signalfd, listeners, the journal and notify sockets, with room to spare.
+    static let reservedDescriptors: UInt64 = 32
 
     private enum Kind: UInt64 { case connection = 0, listener = 1, signal = 2 }
     private static func token(_ kind: Kind, _ index: Int, generation: UInt32 = 0) -> UInt64 {
@@ -79,6 +82,8 @@ public final class Server {
     private var stopDeadlineMs: UInt64 = 0
     private var acceptPausedUntil: UInt64?
     private var acceptPauseEpisode = false
+    /// The soft RLIMIT_NOFILE after raising it to the hard limit, in descriptors.
+    private var descriptorLimit: UInt64 = .max
 
     private var nextWatchdogMs: UInt64 = .max
     private var watchdogIntervalMs: UInt64 = 0
@@ -115,6 +120,18 @@ public final class Server {
         self.scratch = [UInt8](repeating: 0, count: Self.readSize)
     }
 
+    /// Warns when `server.max_clients` cannot be reached under the
+    /// descriptor limit (systemd's `LimitNOFILE=`): accepting would pause
+    /// for lack of descriptors (EMFILE) before the configured limit refuses anyone.
+    private func checkDescriptorLimit() {
+        let wanted = UInt64(config.server.maxClients) + Self.reservedDescriptors
+        guard wanted > descriptorLimit else { return }
+        let reachable = descriptorLimit > Self.reservedDescriptors ? descriptorLimit - Self.reservedDescriptors : 0
+        logger.warning("server.max_clients = \(config.server.maxClients) needs about \(wanted) descriptors, but RLIMIT_NOFILE "
+                       + "allows \(descriptorLimit): accepting pauses near \(reachable) clients; raise LimitNOFILE= (ulimit -n) or lower max_clients",
+                       ["REASON": "descriptor_limit"])
+    }
+
     /// The addresses the config asks for (command line first).
     private var wantedListen: [ListenAddress] {
         options.listenOverride.isEmpty ? config.server.listen : options.listenOverride
@@ -127,6 +144,8 @@ public final class Server {
     /// - Returns: the process exit status (0 after a graceful stop).
     /// - Throws: `SystemError` when a listener cannot be set up or epoll fails.
     public func run() throws(SystemError) -> Int32 {
+        descriptorLimit = Sys.raiseDescriptorLimit()
+        checkDescriptorLimit()
         try openListeners()
         try selector.register(signalFD, token: Self.token(.signal, 0))
         let now = clock()
@@ -817,6 +836,7 @@ public final class Server {
         }
         logger.level = applied.log.level
         if applied.log.statsIntervalMs != old.log.statsIntervalMs { scheduleStats(now: now) }
+        if applied.server.maxClients != old.server.maxClients { checkDescriptorLimit() }
         logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])
         systemd.notify("READY=1\nSTATUS=" + statusLine(now: now))
     }

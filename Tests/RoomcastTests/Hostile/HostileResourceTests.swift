@@ -123,7 +123,7 @@ struct HostileResourceTests {
 
     @Test("8. under LimitNOFILE=64, 120 clients: < 5 % CPU while saturated, a few log lines, R served, new clients accepted within 1 s after")
     func outOfDescriptors() throws {
-        let d = try Daemon(["heartbeat.timeout": "0"], environment: ["WATCHDOG_USEC": "1000000"], descriptorLimit: 64)
+        let d = try Daemon(["heartbeat.timeout": "0"], environment: ["WATCHDOG_USEC": "1000000"], descriptorLimit: (soft: 64, hard: 64))
         let r = try d.connect(), p = try d.connect()
         var crowd: [TestClient] = []
         for _ in 0..<120 { crowd.append(try d.connect(awaitAccept: false)) }

@@ -272,10 +272,10 @@ final class Daemon {
     ///     one `-l 127.0.0.1:PORT` per entry and `--fdname=` the names (`ltb`,
     ///     `json`) instead; it is then only started by the first connection,
     ///     so nothing is awaited. `port` is the first entry's.
-    ///   - descriptorLimit: start it through `/bin/sh -c 'ulimit -n N; exec ...'`
-    ///     (systemd's `LimitNOFILE=N`); the shell execs, so the PID is the daemon's.
+    ///   - descriptorLimit: start it through `/bin/sh -c 'ulimit -Sn S && ulimit -Hn H && exec ...'`
+    ///     (systemd's `LimitNOFILE=S:H`); the shell execs, so the PID is the daemon's.
     init(_ settings: [String: String] = [:], environment: [String: String] = [:],
-         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: Int? = nil) throws {
+         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: (soft: Int, hard: Int)? = nil) throws {
         directory = try TempDirectory()
         configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
         notify = try NotifySocket(path: directory.path + "/notify")
@@ -292,7 +292,7 @@ final class Daemon {
         }
         if let limit = descriptorLimit {
             child = try ChildProcess(URL(fileURLWithPath: "/bin/sh"),
-                                     ["-c", "ulimit -n \(limit) && exec \"$0\" \"$@\"", roomcastdURL.path, "--config", configPath],
+                                     ["-c", "ulimit -Sn \(limit.soft) && ulimit -Hn \(limit.hard) && exec \"$0\" \"$@\"", roomcastdURL.path, "--config", configPath],
                                      environment: env)
         } else {
             child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)

@@ -1,5 +1,6 @@
 // What operators read: log lines that peers cannot forge, stable REASON
 // codes, stats rates, logging without journald, addresses bound once.
+import Foundation
 import Glibc
 import RoomcastCore
 import Testing
@@ -46,6 +47,23 @@ struct LoggingIntegrationTests {
         // Daemon() waits for 'roomcastd ready' on stderr: it only starts if the records got there.
         let d = try Daemon(["log.target": "journal"])
         #expect(d.stderr.wait(forLineWith: [" WARNING ", "journald is not reachable", "logging to stderr", "REASON=journal_unavailable"]))
+    }
+
+    @Test("the soft descriptor limit is raised to the hard one; max_clients beyond it is warned about at start and on reload")
+    func descriptorLimit() throws {
+        let d = try Daemon(["server.max_clients": "200"], descriptorLimit: (soft: 64, hard: 256))
+        let limits = (try? String(contentsOfFile: "/proc/\(d.pid)/limits", encoding: .utf8)) ?? ""
+        let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }.map { $0.split(separator: " ").filter { !$0.isEmpty } }
+        #expect(openFiles.map { Array($0[3...4]) } == ["256", "256"], "soft and hard limits: \(limits)")
+        #expect(d.stderr.line(with: ["REASON=descriptor_limit"]) == nil, "200 clients fit under 256 descriptors")
+
+        try d.rewriteConfig(Daemon.fullConfig(["server.max_clients": "1000"]))
+        d.child.kill(SIGHUP)
+        #expect(d.stderr.wait(forLineWith: [" WARNING ", "server.max_clients = 1000 needs about 1032 descriptors",
+                                            "RLIMIT_NOFILE allows 256", "near 224 clients", "REASON=descriptor_limit"]))
+
+        let capped = try Daemon([:], descriptorLimit: (soft: 64, hard: 64))
+        #expect(capped.stderr.wait(forLineWith: ["server.max_clients = 10000", "allows 64", "REASON=descriptor_limit"]), "at start")
     }
 
     @Test("an address given twice (--listen, [json] listen) is refused before binding, naming it")
