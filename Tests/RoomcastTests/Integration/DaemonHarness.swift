@@ -321,8 +321,11 @@ final class Daemon {
     /// of them have been read once it is seen (the notify socket and the
     /// stderr pipe are read by different threads: READY=1 alone could win).
     func waitUntilReady(timeout: Duration = .seconds(10)) throws {
-        guard notify.wait(for: "READY=1", timeout: timeout) != nil, stderr.wait(for: "roomcastd ready", timeout: timeout) else {
-            throw HarnessError("roomcastd did not become ready within \(timeout); stderr:\n\(stderr.current)")
+        let ready = { self.notify.all.contains { $0.lines.contains("READY=1") } && self.stderr.current.contains("roomcastd ready") }
+        // A daemon that exits (a bad config, a taken port) fails at once, not after `timeout`.
+        guard waitUntil(timeout, { ready() || !child.process.isRunning }), ready() else {
+            let how = child.process.isRunning ? "did not become ready within \(timeout)" : "exited before it was ready"
+            throw HarnessError("roomcastd \(how); stderr:\n\(stderr.current)")
         }
         let lines = stderr.current.split(separator: "\n").filter { $0.contains("listening on ") }
         for line in lines {
