@@ -48,12 +48,21 @@ public final class Logger {
 
     /// Warnings of one kind allowed per `rateWindowMs` before suppression.
     let rateBurst = 10
-    let rateWindowMs: UInt64 = 10_000
+    /// The window of `rateBurst`, in ms.
+    let rateWindowMs: UInt64
+    /// Where `.stderr` lines are written (2; a pipe in tests).
+    private let outputFD: Int32
 
-    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd") {
+    /// - Parameters:
+    ///   - rateWindowMs: the window in which `peerWarning` lets `rateBurst`
+    ///     warnings of one kind through, in ms (10 s; shorter in tests).
+    ///   - outputFD: the descriptor of the `.stderr` sink (2).
+    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd", rateWindowMs: UInt64 = 10_000, outputFD: Int32 = 2) {
         self.level = level
         self.sink = sink
         self.identifier = identifier
+        self.rateWindowMs = rateWindowMs
+        self.outputFD = outputFD
     }
 
     @inline(__always)
@@ -85,10 +94,7 @@ public final class Logger {
         guard enabled(.warning) else { return }
         var entry = limits[reason] ?? (nowMs, 0, 0)
         if nowMs &- entry.windowStart >= rateWindowMs {
-            if entry.suppressed > 0 {
-                emit(.warning, "suppressed \(entry.suppressed) similar warnings (\(reason)) in the last \(formatDuration(ms: nowMs &- entry.windowStart))",
-                     ["REASON": reason])
-            }
+            reportSuppressed(reason, entry, nowMs: nowMs)
             entry = (nowMs, 0, 0)
         }
         entry.count += 1
@@ -98,6 +104,22 @@ public final class Logger {
             entry.suppressed += 1
         }
         limits[reason] = entry
+    }
+
+    /// Reports the warnings suppressed in windows that have ended (in every
+    /// window with `final`, at stop), so the count of a burst is logged
+    /// even when no warning of its kind follows. Call it every few seconds.
+    public func flushSuppressed(nowMs: UInt64, final: Bool = false) {
+        for (reason, entry) in limits where final || nowMs &- entry.windowStart >= rateWindowMs {
+            reportSuppressed(reason, entry, nowMs: nowMs)
+            limits[reason] = nil  // the next warning of this kind opens a new window
+        }
+    }
+
+    private func reportSuppressed(_ reason: String, _ entry: (windowStart: UInt64, count: Int, suppressed: Int), nowMs: UInt64) {
+        guard entry.suppressed > 0 else { return }
+        emit(.warning, "suppressed \(entry.suppressed) similar warnings (\(reason)) in the last \(formatDuration(ms: nowMs &- entry.windowStart))",
+             ["REASON": reason])
     }
 
     private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String? = nil) {
@@ -123,7 +145,7 @@ public final class Logger {
             bytes.withUnsafeMutableBytes { buf in
                 var off = 0
                 while off < buf.count {
-                    let n = write(2, buf.baseAddress! + off, buf.count - off)
+                    let n = write(outputFD, buf.baseAddress! + off, buf.count - off)
                     if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { break }
                 }
             }

@@ -1,0 +1,60 @@
+// The logger's rate limit for peer-caused warnings: a burst is cut to
+// `rateBurst` lines and the rest is reported as a count, also when nothing
+// of its kind follows (found by a review: the count used to wait for one).
+import Glibc
+@testable import RoomcastServer
+import Testing
+
+@Suite("Logger: peer warnings are rate-limited and the rest counted")
+struct LoggerTests {
+    /// A logger writing `.stderr` lines into a pipe, and a way to read them.
+    final class Capture {
+        let logger: Logger
+        private var fds: [Int32] = [0, 0]
+
+        init(rateWindowMs: UInt64) {
+            _ = pipe(&fds)
+            _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
+            logger = Logger(level: .info, sink: .stderr(syslogPrefix: false), rateWindowMs: rateWindowMs, outputFD: fds[1])
+        }
+        deinit { close(fds[0]); close(fds[1]) }
+
+        /// Lines written since the last call.
+        func lines() -> [String] {
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let n = chunk.withUnsafeMutableBytes { read(fds[0], $0.baseAddress, $0.count) }
+                if n <= 0 { break }
+                bytes += chunk[0..<n]
+            }
+            return String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
+        }
+    }
+
+    @Test("15 warnings of one kind: 10 lines, then one count when the window ends, without another warning")
+    func burstThenCount() {
+        let c = Capture(rateWindowMs: 1_000)
+        for i in 0..<15 { c.logger.peerWarning(reason: "bad_frame", nowMs: 5_000 + UInt64(i), "bad \(i)") }
+        c.logger.peerWarning(reason: "rate_limit", nowMs: 5_020, "another kind")
+        let burst = c.lines()
+        #expect(burst.filter { $0.contains("REASON=bad_frame") }.map { $0.contains(" WARNING bad ") } == Array(repeating: true, count: 10))
+        #expect(burst.contains { $0.contains("another kind") }, "kinds are limited separately")
+        c.logger.flushSuppressed(nowMs: 5_999)
+        #expect(c.lines().isEmpty, "the window is still open")
+        c.logger.flushSuppressed(nowMs: 6_000)
+        let summary = c.lines()
+        #expect(summary.count == 1 && summary[0].contains(" WARNING suppressed 5 similar warnings (bad_frame) in the last 1s"), "\(summary)")
+        c.logger.flushSuppressed(nowMs: 9_000)
+        #expect(c.lines().isEmpty, "reported once")
+    }
+
+    @Test("at stop, warnings suppressed in a window still open are counted too")
+    func countedAtStop() {
+        let c = Capture(rateWindowMs: 1_000)
+        for i in 0..<12 { c.logger.peerWarning(reason: "bad_frame", nowMs: 9_000 + UInt64(i), "again \(i)") }
+        #expect(c.lines().count == 10)
+        c.logger.flushSuppressed(nowMs: 9_100, final: true)
+        #expect(c.lines().map { $0.contains("suppressed 2 similar warnings (bad_frame)") } == [true], "at stop, open windows too")
+    }
+}
