@@ -61,6 +61,16 @@ public struct ListenAddress: Equatable, Hashable, Sendable, CustomStringConverti
         return ListenAddress(host: canonical, port: port, isIPv6: bracketed)
     }
 
+    /// Whether binding both would fail with EADDRINUSE: the same fixed port
+    /// and family, and the same host or a wildcard (`0.0.0.0`, `::`) on
+    /// either side. IPv4 and IPv6 never overlap: IPv6 listeners are
+    /// `IPV6_V6ONLY` (ipv6(7)). Port 0 (ephemeral) never overlaps.
+    public func overlaps(_ other: ListenAddress) -> Bool {
+        guard port != 0, port == other.port, isIPv6 == other.isIPv6 else { return false }
+        let wildcard = isIPv6 ? "::" : "0.0.0.0"
+        return host == other.host || host == wildcard || other.host == wildcard
+    }
+
     /// `1.2.3.4:9898` or `[::1]:9898`; accepted by ``parse(_:)``.
     public var description: String {
         isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)"

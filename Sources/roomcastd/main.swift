@@ -52,11 +52,12 @@ do {
 
 // Every address must be bound once: the file's check covers its own lines,
 // this one the command line's --listen and [json] listen too.
-var seenAddresses = Set<ListenAddress>()
-for address in config.server.listen + config.json.listen where address.port != 0 {
-    guard seenAddresses.insert(address).inserted else {
-        fail("listen address \(address) is given twice (--listen, [server] listen and [json] listen must differ)", status: exUsage)
-    }
+let allListen = config.server.listen + config.json.listen
+for (i, address) in allListen.enumerated() {
+    guard let earlier = allListen[..<i].first(where: { $0.overlaps(address) }) else { continue }
+    let problem = earlier == address ? "listen address \(address) is given twice"
+        : "listen addresses \(earlier) and \(address) overlap (a wildcard address takes the port on every address)"
+    fail(problem + " (--listen, [server] listen and [json] listen must differ)", status: exUsage)
 }
 
 if invocation.checkConfig {

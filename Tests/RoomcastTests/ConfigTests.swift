@@ -115,6 +115,17 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(ListenAddress.parse(text) == nil)
     }
 
+    @Test("overlaps: what bind(2) would refuse with EADDRINUSE", arguments: [
+        ("0.0.0.0:9000", "127.0.0.1:9000", true), ("127.0.0.1:9000", "0.0.0.0:9000", true),
+        ("127.0.0.1:9000", "127.0.0.1:9000", true), ("[::]:9000", "[::1]:9000", true),
+        ("127.0.0.1:9000", "127.0.0.2:9000", false), ("0.0.0.0:9000", "[::]:9000", false),
+        ("0.0.0.0:9000", "0.0.0.0:9001", false), ("0.0.0.0:0", "127.0.0.1:0", false),
+    ])
+    func overlaps(a: String, b: String, expected: Bool) throws {
+        let x = try #require(ListenAddress.parse(a)), y = try #require(ListenAddress.parse(b))
+        #expect(x.overlaps(y) == expected)
+    }
+
     @Test func descriptions() {
         #expect(ListenAddress(host: "1.2.3.4", port: 9898, isIPv6: false).description == "1.2.3.4:9898")
         #expect(ListenAddress(host: "::1", port: 9898, isIPv6: true).description == "[::1]:9898")

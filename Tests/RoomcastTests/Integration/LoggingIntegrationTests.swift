@@ -66,7 +66,7 @@ struct LoggingIntegrationTests {
         #expect(capped.stderr.wait(forLineWith: ["server.max_clients = 10000", "allows 64", "REASON=descriptor_limit"]), "at start")
     }
 
-    @Test("an address given twice (--listen, [json] listen) is refused before binding, naming it")
+    @Test("an address given twice or covered by a wildcard (--listen, [json] listen) is refused before binding, naming it")
     func duplicateListenAddresses() throws {
         let dir = try TempDirectory()
         let conf = try dir.write("c.conf", "[json]\nlisten = 127.0.0.1:19001\n")
@@ -75,5 +75,8 @@ struct LoggingIntegrationTests {
             #expect(run.status == 64, "\(args): \(run.stderr)")
             #expect(run.stderr.contains("is given twice"), "\(run.stderr)")
         }
+        let overlapping = try dir.write("o.conf", "[server]\nlisten = 127.0.0.1:19003\n[json]\nlisten = 0.0.0.0:19003\n")
+        let run = try runRoomcastd(["--check-config", "--config", overlapping])
+        #expect(run.status == 64 && run.stderr.contains("listen addresses 127.0.0.1:19003 and 0.0.0.0:19003 overlap"), "\(run.stderr)")
     }
 }
