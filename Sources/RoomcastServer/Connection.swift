@@ -119,6 +119,10 @@ final class ConnectionTable: FrameSink {
     /// (a JSON translation can be several times its frame): skipped for that
     /// recipient, which is not slow, and logged by the server.
     var oversizeSkips: [(id: Int, bytes: Int)] = []
+    /// Broadcasts whose JSON form exceeds `jsonMaxFrameBytes`: not sent to
+    /// any JSON client (seed 002's clients must never get more than the
+    /// daemon accepts from them) and logged by the server, once per frame.
+    var jsonOversize: [(sender: Int, bytes: Int)] = []
     /// Connections that kept a drained output buffer (see `sweepIdleBuffers`).
     private var retainedList: [Int] = []
 
@@ -135,6 +139,8 @@ final class ConnectionTable: FrameSink {
     var deliveries: UInt64 = 0
     /// The relay's rules, to translate frames for JSON clients.
     var relaySettings: RelaySettings
+    /// `json.max_frame_bytes`: the largest JSON body sent to a JSON client, in bytes.
+    var jsonMaxFrameBytes = Int.max
 
     init(outputHardBytes: Int, relaySettings: RelaySettings) {
         self.outputHardBytes = outputHardBytes
@@ -222,7 +228,14 @@ final class ConnectionTable: FrameSink {
             }
             for m in members where m != except && boxes[m].accepting {
                 if boxes[m].json {
-                    if translation == nil { translation = .some(self.translate(frame, from: sender)) }
+                    if translation == nil {
+                        var json = self.translate(frame, from: sender)
+                        if let j = json, j.count - JSONFrameCodec.headerSize > jsonMaxFrameBytes {
+                            jsonOversize.append((sender, j.count - JSONFrameCodec.headerSize))
+                            json = nil
+                        }
+                        translation = .some(json)
+                    }
                     guard let json = translation! else { continue }
                     json.withUnsafeBytes { put($0, m) }
                 } else {

@@ -114,6 +114,7 @@ public final class Server {
         self.table = ConnectionTable(outputHardBytes: config.limits.outputHardBytes, relaySettings: settings)
         self.relay = Relay(settings: settings)
         self.table.countPerIP = config.server.maxClientsPerIP > 0
+        self.table.jsonMaxFrameBytes = config.json.maxFrameBytes
         let now = clock()
         self.liveness = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
         self.jsonLiveness = LivenessTracker(timeoutMs: config.json.heartbeatTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
@@ -499,12 +500,14 @@ public final class Server {
             handleRejected(id, relay.reject(id, reason: "json: \(error.reason)"), type: nil, now: now)
             return
         case .success(.nickname(let name)):
-            table.slots[id]!.nickname = name
             type = s.joinType
             frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
+            guard fitsLTBClients(id, frame, now: now) else { return }
+            table.slots[id]!.nickname = name
         case .success(.msg(let content)):
             type = s.textType
             frame = JSONDialect.ltbFrame(type: type, nickname: table.slots[id]!.nickname ?? "", text: content, settings: s)
+            guard fitsLTBClients(id, frame, now: now) else { return }
         case .success(.leave):
             // Like seed 002's server: a leave before any nickname announces nothing.
             guard let name = table.slots[id]!.nickname else { return }
@@ -516,8 +519,26 @@ public final class Server {
             return
         }
         let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table) }
-        if case .rejected = event { handleRejected(id, event, type: nil, now: now) }
-        else if logger.enabled(.debug) { logRelayEvent(id, event) }
+        if case .rejected = event { handleRejected(id, event, type: nil, now: now); return }
+        if case .left(room: .some, _) = event, s.echo {
+            // PROTOCOL.md §7 (seed 002's server): the leave goes to every client
+            // including the sender, which the relay has already taken out of the room.
+            _ = frame.withUnsafeBytes { table.broadcast($0, from: id, to: [id], except: -1) }
+        }
+        if logger.enabled(.debug) { logRelayEvent(id, event) }
+    }
+
+    /// Whether the LTB frame a JSON command stands for stays within
+    /// `protocol.max_frame_bytes`, which LTB clients hold the daemon to
+    /// (PROTOCOL.md §1): nickname and content together can pass it although
+    /// each JSON frame was within `json.max_frame_bytes`. If not, the command
+    /// is dropped as a violation.
+    private func fitsLTBClients(_ id: Int, _ frame: [UInt8], now: UInt64) -> Bool {
+        let body = frame.count - FrameCodec.headerSize, limit = config.protocol.maxFrameBytes
+        guard body > limit else { return true }
+        let reason = "json: the frame for LTB clients would be \(body) bytes, over protocol.max_frame_bytes (\(formatSize(limit)))"
+        handleRejected(id, relay.reject(id, reason: reason), type: nil, code: "frame_too_large", now: now)
+        return false
     }
 
     /// Logs a dropped frame and closes its sender at `max_violations`.
@@ -654,6 +675,14 @@ public final class Server {
                                ["CLIENT_ADDR": c.address, "LENGTH": String(bytes)])
         }
         table.oversizeSkips.removeAll()
+        for (id, bytes) in table.jsonOversize {
+            let address = table.slots[id]?.address ?? "?"
+            logger.peerWarning(reason: "frame_over_json_limit", nowMs: now,
+                               "\(address): a frame whose JSON form is \(bytes) bytes, over json.max_frame_bytes "
+                               + "(\(formatSize(config.json.maxFrameBytes))), was not delivered to JSON clients",
+                               ["CLIENT_ADDR": address, "LENGTH": String(bytes)])
+        }
+        table.jsonOversize.removeAll()
         while !table.closeList.isEmpty || !table.flushList.isEmpty {
             while let id = table.closeList.popLast() { reap(id) }
             let list = table.flushList
@@ -714,6 +743,7 @@ public final class Server {
         if now >= nextStatusMs || (table.count != statusClients && now >= lastStatus.ms + 1_000) {
             systemd.notify("STATUS=" + statusLine(now: now))
             nextStatusMs = now + Self.statusIntervalMs
+            logger.flushSuppressed(nowMs: now)
         }
         if now >= nextStatsMs { logStats(now: now) }
         if now >= nextSweepMs {
@@ -830,6 +860,7 @@ public final class Server {
         liveness.reconfigure(timeoutMs: applied.heartbeat.timeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         jsonLiveness.reconfigure(timeoutMs: applied.json.heartbeatTimeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         table.outputHardBytes = applied.limits.outputHardBytes
+        table.jsonMaxFrameBytes = applied.json.maxFrameBytes
         table.countPerIP = applied.server.maxClientsPerIP > 0
         if applied.limits != old.limits {
             for id in table.slots.indices where table.slots[id] != nil { resetRateLimits(id, now: now) }
@@ -881,6 +912,7 @@ public final class Server {
                 table.remove(id)
             }
         }
+        logger.flushSuppressed(nowMs: clock(), final: true)
         logger.info("stopped")
     }
 }

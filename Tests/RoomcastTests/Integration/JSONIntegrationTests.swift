@@ -87,7 +87,7 @@ struct JSONIntegrationTests {
         try a.send(["cmd": "msg", "content": "hello, 世界 \"quoted\" / slash"])
         for c in [a, b] { c.expect(["cmd": "msg", "from": "guest232", "content": "hello, 世界 \"quoted\" / slash"]) }
         try a.send(["cmd": "leave"])
-        b.expect(["cmd": "leave", "nickname": "guest232", "addr": a.address])
+        for c in [a, b] { c.expect(["cmd": "leave", "nickname": "guest232", "addr": a.address]) }
         // After leave, a is in no room but stays connected; a rejoin works.
         try b.send(["cmd": "msg", "content": "gone?"])
         b.expect(["cmd": "msg", "from": "guest7", "content": "gone?"])
@@ -137,6 +137,7 @@ struct JSONIntegrationTests {
         // disconnect reaches JSON as a leave object.
         try j.send(["cmd": "leave"])
         #expect(ltb.receiveFrame()?.wire == Wire.leave(guest))
+        j.expect(["cmd": "leave", "nickname": "guest232", "addr": j.address])
         try j.send(["cmd": "nickname", "nickname": "guest232"])
         #expect(ltb.receiveFrame()?.wire == Wire.join(guest))
         j.expect(["cmd": "join", "nickname": "guest232", "addr": j.address])
@@ -167,18 +168,49 @@ struct JSONIntegrationTests {
     @Test("a hostile length closes only its sender")
     func hostileLength() throws {
         let d = try Daemon(Self.settings.merging(["json.max_frame_bytes": "1K"]) { $1 })
-        let hostile = try JSONTestClient(d), peer = try JSONTestClient(d)
+        let hostile = try JSONTestClient(d), peer = try JSONTestClient(d), ltb = try d.connect()
         try hostile.connection.sendRaw(Array("GET / HTTP/1.1\r\n".utf8))  // claims ~542 MB
         hostile.connection.expectClosed(within: .seconds(2))
         #expect(d.stderr.wait(forLineWith: ["WARNING", hostile.address, "542393671"]))
         try peer.send(["cmd": "nickname", "nickname": "still here"])
         peer.expect(["cmd": "join", "nickname": "still here", "addr": peer.address])
-        // Exactly at the limit is fine.
+        #expect(ltb.receiveFrame()?.wire == Wire.join(UserInfo(level: 0, name: "still here", iconURL: "")))
+        // Exactly at the limit is accepted (and reaches the LTB client: its
+        // JSON form, with "from" added, would be over 1K for JSON clients).
         var body = Array("{\"cmd\":\"msg\",\"content\":\"".utf8)
         body += [UInt8](repeating: UInt8(ascii: "x"), count: 1024 - body.count - 2) + Array("\"}".utf8)
         #expect(body.count == 1024)
         try peer.sendBody(body)
-        #expect((peer.receive()?["content"] as? String)?.count == 1024 - 26)
+        let text = ltb.receiveFrame().flatMap { try? ChatMessage(protobuf: $0.body) }
+        #expect(text?.text.count == 1024 - 26)
+    }
+
+    @Test("frames made for the other dialect stay within its max_frame_bytes; too large ones are dropped and logged")
+    func bridgedFramesRespectLimits() throws {
+        let d = try Daemon(Self.settings.merging(["protocol.max_frame_bytes": "1K", "json.max_frame_bytes": "1K"]) { $1 })
+        let j = try JSONTestClient(d), other = try JSONTestClient(d)
+        let ltb = try d.connect()
+        // JSON → LTB: a 600-byte nickname and a 600-byte message each fit in
+        // a JSON frame, but their text frame would be over 1K for LTB clients.
+        let nick = String(repeating: "n", count: 600)
+        try j.send(["cmd": "nickname", "nickname": nick])
+        #expect(ltb.receiveFrame()?.wire == Wire.join(UserInfo(level: 0, name: nick, iconURL: "")))
+        let content = String(repeating: "c", count: 600)
+        try j.send(["cmd": "msg", "content": content])
+        let bridged = ChatMessage(user: UserInfo(level: 0, name: nick, iconURL: ""), text: content).serialized().count
+        #expect(d.stderr.wait(forLineWith: ["WARNING", j.address, "would be \(bridged) bytes, over protocol.max_frame_bytes (1K)",
+                                            "REASON=frame_too_large"]))
+        #expect(ltb.receiveFrame(timeout: .milliseconds(300)) == nil, "LTB clients never get a frame over their limit")
+        // LTB → JSON: 300 control characters are 1,800 bytes of JSON escapes.
+        let alice = Wire.user("alice")
+        try ltb.send(Wire.text(alice, String(repeating: "\u{1}", count: 300)))
+        #expect(d.stderr.wait(forLineWith: ["WARNING", ltb.address, "over json.max_frame_bytes (1K)", "REASON=frame_over_json_limit"]))
+        try ltb.send(Wire.text(alice, "short"))
+        for c in [j, other] {
+            c.expect(["cmd": "join", "nickname": nick, "addr": j.address])
+            c.expect(["cmd": "msg", "from": "alice", "content": "short"])
+        }
+        j.connection.expectOpen()
     }
 
     @Test("socket activation hands over the JSON listener by FileDescriptorName=json")
