@@ -532,15 +532,22 @@ let specs: [SectionSpec] = [
         KeySpec(name: "target") { c, v throws(ValueError) in c.log.target = try choice(v) },
         KeySpec(name: "stats_interval") { c, v throws(ValueError) in
             c.log.statsIntervalMs = try duration(v, 0...day)
+            if (1..<1_000).contains(c.log.statsIntervalMs) {
+                throw ValueError(reason: "\(quote(v)) is too short: 0 (off) or at least 1s (a statistics line every few ms floods the log)")
+            }
         },
     ]),
 ]
 
 // MARK: - Value parsers
 
-/// Quotes a value for an error message, shortening very long ones.
+/// Quotes a value for an error message, shortening very long ones and
+/// escaping control characters (a NUL would end the message early on a
+/// terminal or in fputs(3); an ESC would drive the terminal).
 func quote(_ v: String) -> String {
-    v.utf8.count <= 60 ? "'\(v)'" : "'\(v.prefix(40))…' (\(v.utf8.count) bytes)"
+    let shown = v.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
+        ? String(jsonStringLiteral(v).dropFirst().dropLast()) : v
+    return shown.utf8.count <= 60 ? "'\(shown)'" : "'\(shown.prefix(40))…' (\(v.utf8.count) bytes)"
 }
 
 private func integer(_ v: String, _ range: ClosedRange<Int>) throws(ValueError) -> Int {

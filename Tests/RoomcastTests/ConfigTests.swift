@@ -353,6 +353,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[log]\nlevel = INFO", 2, "log.level: 'INFO' is not one of debug, info, notice, warning, error"),
         ("[log]\ntarget = syslog", 2, "not one of auto, journal, stderr"),
         ("[log]\nstats_interval = -1", 2, "is not a duration"),
+        ("[log]\nstats_interval = 1ms", 2, "log.stats_interval: '1ms' is too short: 0 (off) or at least 1s"),
+        ("[server]\nmax_clients = 5\u{0}\n", 2, "server.max_clients: '5\\u0000' is not a non-negative integer"),
+        ("[server]\nmax_clients = \u{1B}[31m", 2, "server.max_clients: '\\u001b[31m' is not"),
         // cross-key rules: reported at the later line
         ("[protocol]\njoin_type = 8", 2, "protocol.join_type: 8 is the same as protocol.heartbeat_type"),
         ("[protocol]\nleave_type = 5\n\njoin_type = 5", 4, "protocol.join_type: 5 is the same as protocol.leave_type"),
