@@ -60,6 +60,19 @@ final class RecordingSink: FrameSink {
         #expect(sink.deliveries.isEmpty)
     }
 
+    @Test("a control type set to text's or gift's takes its place (seed 001: heartbeat 1, login 3)")
+    func controlTypesTakePrecedence() {
+        var relay = Relay(settings: RelaySettings(joinType: 3, leaveType: 4, heartbeatType: 2))
+        let sink = RecordingSink()
+        relay.connect(0)
+        relay.connect(1)
+        #expect(Self.send(&relay, 0, Self.frame(2, Array("ping".utf8)), sink) == .heartbeat, "type 2 is the heartbeat: never decoded")
+        #expect(sink.deliveries.isEmpty)
+        let login = Self.frame(3, Self.user("a", room: "r").serialized())
+        #expect(Self.send(&relay, 0, login, sink) == .joined(name: "a", room: "r", recipients: 1), "type 3 is the join")
+        #expect(relay.room(of: 0) == "r")
+    }
+
     @Test func joinMovesRoomsAndRoomsAreIsolated() {
         var relay = Relay(settings: RelaySettings())
         let sink = RecordingSink()
