@@ -571,6 +571,13 @@ public final class Server {
     /// The peer sent EOF: it leaves its room now, and what it is already owed
     /// is flushed (up to `drainTimeoutMs`) before the socket is closed.
     private func peerClosed(_ id: Int) {
+        if let c = table.slots[id], !c.input.isEmpty {
+            // A FIN in the middle of a frame is a client bug (a dropped network
+            // gives a reset or a timeout): say what was lost.
+            logger.peerWarning(reason: "truncated_frame", nowMs: clock(),
+                               "\(c.address): closed the connection with \(c.input.count) bytes of an incomplete frame; dropped",
+                               ["CLIENT_ADDR": c.address, "LENGTH": String(c.input.count), "ROOM": relay.room(of: id) ?? ""])
+        }
         depart(id)
         untrackLiveness(id)
         if table.outboxes[id].pending == 0 {

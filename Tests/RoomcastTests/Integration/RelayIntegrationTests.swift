@@ -202,6 +202,18 @@ struct RelayIntegrationTests {
         watcher.expectNoFrame(within: .milliseconds(300), "(a client that never joined leaves silently)")
     }
 
+    @Test("a FIN in the middle of a frame: the whole frames before it are relayed, the partial one is logged as dropped")
+    func finMidFrame() throws {
+        let d = try Daemon()
+        let watcher = try d.connect(), sender = try d.connect()
+        let text = Wire.text(Wire.user("fay"), "complete")
+        try sender.sendRaw(text + Array(Wire.text(Wire.user("fay"), "cut off").prefix(10)))
+        sender.hangUp()
+        #expect(watcher.receiveFrame()?.wire == text)
+        #expect(d.stderr.wait(forLineWith: [" WARNING ", sender.address, "10 bytes of an incomplete frame", "REASON=truncated_frame"]))
+        watcher.expectNoFrame(within: .milliseconds(200))
+    }
+
     @Test("malformed bodies are dropped, logged, and max_violations of them disconnect the sender")
     func malformedBodiesDropped() throws {
         let d = try Daemon(["protocol.max_violations": "2"])
