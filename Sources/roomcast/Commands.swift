@@ -2,8 +2,6 @@ import CShim
 import Glibc
 import RoomcastClient
 
-/// Exit status after SIGINT/SIGTERM during `send` (128 + SIGINT, as shells report it).
-let exitInterrupted: Int32 = 130
 
 /// Reads pending signals from the signalfd in the loop (no handlers, no races).
 private func watchSignals(_ loop: EventLoop, _ signalFD: Int32, _ handler: @escaping (Int32) -> Void) {
@@ -27,7 +25,8 @@ private func room(_ name: String?) -> String { name.map(sanitized) ?? "the defau
 // MARK: - send
 
 /// `roomcast send`: join, send, wait for the daemon's echo, leave. Exit 0,
-/// or 1 with one line on stderr (refused, timeout, rejected).
+/// or 1 with one line on stderr (refused, timeout, rejected), or 128 + the
+/// signal when SIGINT or SIGTERM interrupts it.
 func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     guard let loop = makeLoop(), let payload = invocation.payload else { return 1 }
     var configuration = invocation.configuration
@@ -40,6 +39,7 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     }
     var status: Int32?
     var failure: String?
+    var interruptedBy: Int32?
     var echoed = false
     var client: RoomcastClient!
     // The handlers below capture `client`, and the client holds them: break
@@ -77,7 +77,8 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
                 status = 0
             } else {
                 writeAll(2, "roomcast: \(failure ?? "connection closed")\n")
-                status = failure == "interrupted" ? exitInterrupted : 1
+                // Interrupted: 128 + the signal, as shells report it (130 SIGINT, 143 SIGTERM).
+                status = interruptedBy.map { 128 + $0 } ?? 1
             }
         default:
             break
@@ -90,8 +91,8 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
             : "timeout: the daemon did not relay the message back within \(seconds(invocation.timeoutMs)) (is echo = no?)"
         client.close()
     }
-    watchSignals(loop, signalFD) { _ in
-        if failure == nil { failure = "interrupted" }
+    watchSignals(loop, signalFD) { signal in
+        if failure == nil { failure = "interrupted"; interruptedBy = signal }
         client.close()
     }
     client.connect()
@@ -114,6 +115,7 @@ func runListen(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     var everConnected = false
     var lastError: ClientError?
     var expectOwnJoin = false
+    var rejoining = false
     var client: RoomcastClient!
     // The handlers below capture `client`, and the client holds them: break
     // the cycle on the way out (LeakSanitizer reports it otherwise).
@@ -134,7 +136,7 @@ func runListen(_ invocation: Invocation, signalFD: Int32) -> Int32 {
         if expectOwnJoin, event == .join(me) {
             // Our own join, relayed back: we are in the room now.
             expectOwnJoin = false
-            writeAll(2, "roomcast: listening in \(room(me.room)) as \(sanitized(me.name))\n")
+            writeAll(2, "roomcast: \(rejoining ? "rejoined" : "listening in") \(room(me.room)) as \(sanitized(me.name))\n")
             return
         }
         guard !stopping else { return }
@@ -146,8 +148,9 @@ func runListen(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     }, onStatus: { change in
         switch change {
         case .joined, .rejoined:
+            // One line once the daemon relays our join back (not a second one now).
             expectOwnJoin = true
-            if case .rejoined = change, let line = describe(change) { writeAll(2, "roomcast: \(line)\n") }
+            if case .rejoined = change { rejoining = true } else { rejoining = false }
         case .connected:
             everConnected = true
             if let line = describe(change) { writeAll(2, "roomcast: \(line)\n") }

@@ -240,7 +240,7 @@ let mainUsage = """
 
     Run 'roomcast SUBCOMMAND --help' for the options of each.
     Exit status: 0 ok, 1 failure (refused, timeout, rejected), 64 bad usage,
-    130 send interrupted.
+    130/143 send interrupted by SIGINT/SIGTERM.
     """
 
 private let commonHelp = """
@@ -271,6 +271,7 @@ func usage(_ command: Subcommand?) -> String {
               /join ROOM             move to ROOM
               /leave                 leave the room (stay connected)
               /quit                  leave and exit (also Ctrl-D, Ctrl-C)
+              /help                  list these commands
               //TEXT                 send TEXT starting with '/'
             Events print as '12:03:04 alice: hi' on stdout; status goes to stderr.
             After a drop it reconnects with backoff and rejoins the room.

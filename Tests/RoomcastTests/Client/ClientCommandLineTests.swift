@@ -132,6 +132,33 @@ private func jsonObjects(_ text: String) throws -> [[String: Any]] {
         #expect(result.stderr == "roomcast: timeout: the daemon did not relay the message back within 300 ms (is echo = no?)\n")
     }
 
+    @Test("send interrupted while waiting for its echo exits 128 + the signal", arguments: [SIGINT, SIGTERM])
+    func sendInterrupted(signal: Int32) throws {
+        let daemon = try TestDaemon(config: "[protocol]\necho = no\n")
+        let command = try RoomcastCommand(["send", "--server", daemon.address, "--name", "a", "--timeout", "30s", "text", "x"])
+        usleep(500_000)  // connected and waiting for an echo that never comes
+        kill(command.process.processIdentifier, signal)
+        let result = try command.finish(seconds: 5)
+        #expect(result.status == 128 + signal)
+        #expect(result.stderr == "roomcast: interrupted\n")
+    }
+
+    @Test("listen reports its room once per (re)join: 'listening in', then 'rejoined' after a daemon restart")
+    func listenRejoinsAfterRestart() throws {
+        var daemon: TestDaemon? = try TestDaemon()
+        let port = daemon!.port
+        let listen = try RoomcastCommand(["listen", "--server", daemon!.address, "--room", "r1"])
+        #expect(listen.waitForStderr("listening in r1 as listener"))
+        daemon = nil  // stopped: the client reconnects with backoff (0.5 s, then 1 s, ...)
+        let restarted = try TestDaemon(port: port)
+        #expect(listen.waitForStderr("rejoined r1 as listener", seconds: 15), "\(listen.stderr)")
+        kill(listen.process.processIdentifier, SIGINT)
+        let result = try listen.finish()
+        #expect(result.stderr.components(separatedBy: "listening in r1").count == 2, "once: \(result.stderr)")
+        #expect(result.stderr.components(separatedBy: "rejoined r1").count == 2, "once: \(result.stderr)")
+        _ = restarted
+    }
+
     @Test func sendRejectedWhenTheDaemonClosesTheConnection() throws {
         // A daemon that accepts frames of at most 16 bytes closes a client sending more.
         let daemon = try TestDaemon(config: "[protocol]\nmax_frame_bytes = 16\n")
