@@ -32,7 +32,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .connect(let address, let errno): "cannot connect to \(address): \(strerrorString(errno))"
         case .connectTimeout(let address, let ms): "cannot connect to \(address): no answer within \(ms) ms"
         case .closedByPeer: "the daemon closed the connection"
-        case .frameTooLarge(let claimed, let limit): "the daemon sent a frame of \(claimed) bytes (limit \(limit))"
+        case .frameTooLarge(let claimed, let limit): "the daemon sent a frame of \(claimed) bytes (limit \(limit); not a roomcastd, or another byte order?)"
         case .system(let call, let errno): "\(call): \(strerrorString(errno))"
         case .notConnected: "not connected"
         case .notJoined: "not joined: join a room first"

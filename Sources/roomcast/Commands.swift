@@ -68,7 +68,8 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
             // closed with our bytes still unread: both mean it refused them.
             switch error {
             case .closedByPeer, .system(_, ECONNRESET):
-                failure = "rejected: the daemon closed the connection before relaying the message"
+                failure = "rejected: the daemon closed the connection before relaying the message "
+                    + "(its log says why: a byte order other than --byte-order, a frame over its max_frame_bytes, ...)"
             default:
                 failure = "\(error)"
             }
