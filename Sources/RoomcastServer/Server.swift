@@ -73,6 +73,10 @@ public final class Server {
     /// JSON clients (`[json] heartbeat_timeout`, off by default).
     private var liveness: LivenessTracker
     private var jsonLiveness: LivenessTracker
+    /// JSON clients in the middle of a frame, from its first byte: even where
+    /// silence is allowed (`[json] heartbeat_timeout = 0`), a frame must
+    /// complete within `[heartbeat] timeout` (slowloris, PROTOCOL.md §5).
+    private var jsonPartial: LivenessTracker
     private var scratch: [UInt8]
     private var expired: [Int] = []
     private var overSoft: [Int] = []
@@ -118,6 +122,7 @@ public final class Server {
         let now = clock()
         self.liveness = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
         self.jsonLiveness = LivenessTracker(timeoutMs: config.json.heartbeatTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
+        self.jsonPartial = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: now)
         self.scratch = [UInt8](repeating: 0, count: Self.readSize)
     }
 
@@ -220,6 +225,7 @@ public final class Server {
         var ms = deadline > now ? deadline - now : 0
         if let wheel = liveness.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
         if let wheel = jsonLiveness.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
+        if let wheel = jsonPartial.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
         return Int32(min(ms, 60_000))
     }
 
@@ -380,19 +386,28 @@ public final class Server {
         var input: [UInt8] = []
         swap(&input, &table.slots[id]!.input)
         let now = clock()
+        let wasPartial = !input.isEmpty
+        var completed = false
         if input.isEmpty {
             let used = scratch.withUnsafeBytes { processFrames(id, UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: now) }
             if used < n { input.append(contentsOf: scratch[used..<n]) }
         } else {
             input.append(contentsOf: scratch[0..<n])
             let used = input.withUnsafeBytes { processFrames(id, $0, now: now) }
+            completed = used > 0
             if used == input.count {
                 input = []
             } else if used > 0 {
                 input.removeSubrange(0..<used)
             }
         }
-        if table.slots[id]?.state == .open { swap(&input, &table.slots[id]!.input) }
+        guard table.slots[id]?.state == .open else { return }
+        if table.slots[id]!.dialect == .json {
+            // The clock of a partial frame starts at its first byte.
+            if input.isEmpty { if wasPartial { jsonPartial.untrack(id) } }
+            else if !wasPartial || completed { jsonPartial.track(id, nowMs: now) }
+        }
+        swap(&input, &table.slots[id]!.input)
     }
 
     /// Relays every whole frame at the start of `bytes`; returns the bytes used.
@@ -590,6 +605,7 @@ public final class Server {
     private func untrackLiveness(_ id: Int) {
         liveness.untrack(id)
         jsonLiveness.untrack(id)
+        jsonPartial.untrack(id)
     }
 
     private func startDraining(_ id: Int, now: UInt64) {
@@ -718,11 +734,14 @@ public final class Server {
         expired.removeAll(keepingCapacity: true)
         liveness.expire(nowMs: now, into: &expired)
         jsonLiveness.expire(nowMs: now, into: &expired)
-        for id in expired {
+        let silent = expired.count
+        jsonPartial.expire(nowMs: now, into: &expired)
+        for (i, id) in expired.enumerated() {
             guard let c = table.slots[id], c.state == .open else { continue }
             evictions &+= 1
-            let timeout = c.dialect == .json ? jsonLiveness.timeoutMs : liveness.timeoutMs
-            let reason = "heartbeat timeout: no frame for \(formatDuration(ms: timeout))"
+            let reason = i < silent
+                ? "heartbeat timeout: no frame for \(formatDuration(ms: c.dialect == .json ? jsonLiveness.timeoutMs : liveness.timeoutMs))"
+                : "heartbeat timeout: a JSON frame incomplete for \(formatDuration(ms: jsonPartial.timeoutMs))"
             logger.debug("evicting \(c.address): \(reason)", ["CLIENT_ADDR": c.address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
             table.markClosing(id, reason: reason)
         }
@@ -866,6 +885,7 @@ public final class Server {
         table.relaySettings = relay.settings
         liveness.reconfigure(timeoutMs: applied.heartbeat.timeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         jsonLiveness.reconfigure(timeoutMs: applied.json.heartbeatTimeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
+        jsonPartial.reconfigure(timeoutMs: applied.heartbeat.timeoutMs, tickMs: applied.heartbeat.tickMs, nowMs: now)
         table.outputHardBytes = applied.limits.outputHardBytes
         table.jsonMaxFrameBytes = applied.json.maxFrameBytes
         table.countPerIP = applied.server.maxClientsPerIP > 0

@@ -213,6 +213,30 @@ struct JSONIntegrationTests {
         j.connection.expectOpen()
     }
 
+    @Test("a JSON frame must complete within heartbeat.timeout of its first byte; silence alone never evicts")
+    func partialFrameTimeout() throws {
+        let d = try Daemon(Self.settings.merging(["heartbeat.timeout": "1s"]) { $1 })
+        let quiet = try JSONTestClient(d), stuck = try JSONTestClient(d), trickle = try JSONTestClient(d)
+        try stuck.connection.sendRaw([40, 0])  // two bytes of a header, then nothing
+        // One byte every 200 ms: progress, but the frame is not done in 1 s.
+        let body = Array(#"{"cmd":"nickname","nickname":"slow"}"#.utf8)
+        let frame = JSONFrameCodec.encode(body)
+        let start = monotonicMs()
+        for byte in frame.prefix(8) {
+            guard (try? trickle.connection.sendRaw([byte])) != nil else { break }  // closed meanwhile
+            pause(.milliseconds(200))
+        }
+        stuck.connection.expectClosed(within: .seconds(1))
+        trickle.connection.expectClosed(within: .seconds(1))
+        #expect(monotonicMs() - start >= 1_000, "not before the timeout")
+        #expect(d.stderr.line(with: ["evicting \(stuck.address)", "a JSON frame incomplete for 1s"]) != nil)
+        // A client that completes its frames, or says nothing at all, stays.
+        try quiet.send(["cmd": "nickname", "nickname": "q"])
+        quiet.expect(["cmd": "join", "nickname": "q", "addr": quiet.address])
+        pause(.milliseconds(1_500))
+        quiet.connection.expectOpen()
+    }
+
     @Test("socket activation hands over the JSON listener by FileDescriptorName=json")
     func socketActivationJSON() throws {
         let ltbPort = try freeLoopbackPort(), jsonPort = try freeLoopbackPort()
