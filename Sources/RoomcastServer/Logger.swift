@@ -117,7 +117,7 @@ public final class Logger {
     }
 
     private func reportSuppressed(_ reason: String, _ entry: (windowStart: UInt64, count: Int, suppressed: Int), nowMs: UInt64) {
-        guard entry.suppressed > 0 else { return }
+        guard entry.suppressed > 0, enabled(.warning) else { return }  // the level may have risen since (reload)
         emit(.warning, "suppressed \(entry.suppressed) similar warnings (\(reason)) in the last \(formatDuration(ms: nowMs &- entry.windowStart))",
              ["REASON": reason])
     }

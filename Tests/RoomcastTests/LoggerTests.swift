@@ -57,4 +57,14 @@ struct LoggerTests {
         c.logger.flushSuppressed(nowMs: 9_100, final: true)
         #expect(c.lines().map { $0.contains("suppressed 2 similar warnings (bad_frame)") } == [true], "at stop, open windows too")
     }
+
+    @Test("no count once the level has risen above warning (a reload to level = error)")
+    func countRespectsLevel() {
+        let c = Capture(rateWindowMs: 1_000)
+        for i in 0..<12 { c.logger.peerWarning(reason: "bad_frame", nowMs: 100 + UInt64(i), "bad \(i)") }
+        #expect(c.lines().count == 10)
+        c.logger.level = .error
+        c.logger.flushSuppressed(nowMs: 2_000, final: true)
+        #expect(c.lines().isEmpty)
+    }
 }
