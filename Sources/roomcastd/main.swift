@@ -50,14 +50,18 @@ do {
     fail(error.description, status: exConfig)
 }
 
-// Every address must be bound once: the file's check covers its own lines,
-// this one the command line's --listen and [json] listen too.
-let allListen = config.server.listen + config.json.listen
-for (i, address) in allListen.enumerated() {
-    guard let earlier = allListen[..<i].first(where: { $0.overlaps(address) }) else { continue }
-    let problem = earlier == address ? "listen address \(address) is given twice"
-        : "listen addresses \(earlier) and \(address) overlap (a wildcard address takes the port on every address)"
-    fail(problem + " (--listen, [server] listen and [json] listen must differ)", status: exUsage)
+// Every address must be bound once: the file's check covers its own lines
+// (exit 78 with the line), this one the command line's --listen, which
+// replaces [server] listen, against itself and [json] listen. Under socket
+// activation nothing is bound, so nothing can collide.
+if !invocation.listen.isEmpty && systemd.listenFDs.isEmpty {
+    let allListen = config.server.listen + config.json.listen
+    for (i, address) in allListen.enumerated() {
+        guard let earlier = allListen[..<i].first(where: { $0.overlaps(address) }) else { continue }
+        let problem = earlier == address ? "listen address \(address) is given twice"
+            : "listen addresses \(earlier) and \(address) overlap (a wildcard address takes the port on every address)"
+        fail(problem + " (--listen must differ from itself and from [json] listen)", status: exUsage)
+    }
 }
 
 if invocation.checkConfig {
