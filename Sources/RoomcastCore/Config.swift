@@ -327,8 +327,9 @@ public struct Config: Equatable, Sendable {
                         throw fail("\(name): \(quote(e.value)) is not a listen address "
                             + "(expected IPv4:PORT or [IPv6]:PORT, e.g. 0.0.0.0:9898 or [::]:9898)")
                     }
-                    if let first = listen[address], address.port != 0 {
-                        throw fail("\(name): \(address) is already listed at line \(first)")
+                    if let (other, first) = listen.first(where: { $0.key.overlaps(address) }) {
+                        throw fail("\(name): \(address) " + (other == address ? "is already listed at line \(first)"
+                            : "overlaps \(other) at line \(first) (a wildcard address takes the port on every address)"))
                     }
                     if e.section == "json" {
                         config.json.listen.append(address)
@@ -545,8 +546,16 @@ let specs: [SectionSpec] = [
 /// escaping control characters (a NUL would end the message early on a
 /// terminal or in fputs(3); an ESC would drive the terminal).
 func quote(_ v: String) -> String {
-    let shown = v.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
-        ? String(jsonStringLiteral(v).dropFirst().dropLast()) : v
+    var shown = ""
+    for u in v.unicodeScalars {
+        switch u.value {
+        case 0..<0x20, 0x7F...0x9F:  // C0, DEL, C1 (U+009B is a CSI too)
+            let hex = String(u.value, radix: 16)
+            shown += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        default:
+            shown.unicodeScalars.append(u)
+        }
+    }
     return shown.utf8.count <= 60 ? "'\(shown)'" : "'\(shown.prefix(40))…' (\(v.utf8.count) bytes)"
 }
 

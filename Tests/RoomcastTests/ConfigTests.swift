@@ -322,6 +322,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         // duplicates
         ("[server]\nmax_clients = 5\n\n[log]\n[server]\nmax_clients = 6", 6, "already set at line 2"),
         ("[server]\nlisten = 1.2.3.4:80\nlisten = 1.2.3.4:80", 3, "already listed at line 2"),
+        ("[server]\nlisten = 0.0.0.0:80\nlisten = 127.0.0.1:80", 3, "server.listen: 127.0.0.1:80 overlaps 0.0.0.0:80 at line 2"),
         // bad values
         ("[server]\nlisten = localhost:80", 2, "server.listen: 'localhost:80' is not a listen address"),
         ("[server]\nlisten = ::1:80", 2, "[IPv6]:PORT"),
@@ -356,6 +357,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[log]\nstats_interval = 1ms", 2, "log.stats_interval: '1ms' is too short: 0 (off) or at least 1s"),
         ("[server]\nmax_clients = 5\u{0}\n", 2, "server.max_clients: '5\\u0000' is not a non-negative integer"),
         ("[server]\nmax_clients = \u{1B}[31m", 2, "server.max_clients: '\\u001b[31m' is not"),
+        ("[server]\nmax_clients = 1\u{7F}\u{9B}2", 2, "server.max_clients: '1\\u007f\\u009b2' is not"),
         // cross-key rules: reported at the later line
         ("[protocol]\njoin_type = 8", 2, "protocol.join_type: 8 is the same as protocol.heartbeat_type"),
         ("[protocol]\nleave_type = 5\n\njoin_type = 5", 4, "protocol.join_type: 5 is the same as protocol.leave_type"),
