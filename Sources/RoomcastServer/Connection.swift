@@ -115,14 +115,25 @@ final class ConnectionTable: FrameSink {
     var flushList: [Int] = []
     /// Connections marked for close, reaped at the end of the iteration.
     var closeList: [Int] = []
-    /// Frames that could never fit a recipient's output limit on their own
-    /// (a JSON translation can be several times its frame): skipped for that
-    /// recipient, which is not slow, and logged by the server.
-    var oversizeSkips: [(id: Int, bytes: Int)] = []
-    /// Broadcasts whose JSON form exceeds `jsonMaxFrameBytes`: not sent to
-    /// any JSON client (seed 002's clients must never get more than the
-    /// daemon accepts from them) and logged by the server, once per frame.
-    var jsonOversize: [(sender: Int, bytes: Int)] = []
+    /// A frame not delivered because of its size, for the server to log.
+    struct Skip: Equatable {
+        enum Kind: Equatable {
+            /// Over `output_hard_bytes` on its own (a JSON translation can be
+            /// several times its frame): skipped for that recipient, which
+            /// is not slow. `address` is the recipient's.
+            case overOutputLimit
+            /// Its JSON form is over `jsonMaxFrameBytes`: sent to no JSON
+            /// client (seed 002's clients never get more than the daemon
+            /// accepts from them). One per frame; `address` is the sender's.
+            case overJSONLimit
+        }
+        var kind: Kind
+        /// Taken when the skip happens: the slot may be reused before it is logged.
+        var address: String
+        /// The size that did not fit, in bytes.
+        var bytes: Int
+    }
+    var skips: [Skip] = []
     /// Connections that kept a drained output buffer (see `sweepIdleBuffers`).
     private var retainedList: [Int] = []
 
@@ -198,7 +209,7 @@ final class ConnectionTable: FrameSink {
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ bytes: UnsafeRawBufferPointer, _ m: Int) {
                 guard bytes.count <= hard else {
-                    oversizeSkips.append((m, bytes.count))
+                    skips.append(Skip(kind: .overOutputLimit, address: slots[m]?.address ?? "?", bytes: bytes.count))
                     return
                 }
                 var rest = bytes
@@ -231,7 +242,7 @@ final class ConnectionTable: FrameSink {
                     if translation == nil {
                         var json = self.translate(frame, from: sender)
                         if let j = json, j.count - JSONFrameCodec.headerSize > jsonMaxFrameBytes {
-                            jsonOversize.append((sender, j.count - JSONFrameCodec.headerSize))
+                            skips.append(Skip(kind: .overJSONLimit, address: self.address(of: sender), bytes: j.count - JSONFrameCodec.headerSize))
                             json = nil
                         }
                         translation = .some(json)
@@ -283,9 +294,12 @@ final class ConnectionTable: FrameSink {
         return freed
     }
 
+    private func address(of id: Int) -> String {
+        slots.indices.contains(id) ? slots[id]?.address ?? "" : ""
+    }
+
     /// The JSON form of an LTB frame for seed-002 clients (nil: none).
     private func translate(_ frame: UnsafeRawBufferPointer, from sender: Int) -> [UInt8]? {
-        let address = slots.indices.contains(sender) ? slots[sender]?.address ?? "" : ""
-        return JSONDialect.translate(frame, settings: relaySettings, senderAddress: address)
+        JSONDialect.translate(frame, settings: relaySettings, senderAddress: address(of: sender))
     }
 }

@@ -134,7 +134,7 @@ public final class Server {
         guard wanted > descriptorLimit else { return }
         let reachable = descriptorLimit > Self.reservedDescriptors ? descriptorLimit - Self.reservedDescriptors : 0
         logger.warning("server.max_clients = \(config.server.maxClients) needs about \(wanted) descriptors, but RLIMIT_NOFILE "
-                       + "allows \(descriptorLimit): accepting pauses near \(reachable) clients; raise LimitNOFILE= (ulimit -n) or lower max_clients",
+                       + "allows \(descriptorLimit): accepting pauses near \(reachable) clients; raise LimitNOFILE= (ulimit -Hn) or lower max_clients",
                        ["REASON": "descriptor_limit"])
     }
 
@@ -404,8 +404,7 @@ public final class Server {
         guard table.slots[id]?.state == .open else { return }
         if table.slots[id]!.dialect == .json {
             // The clock of a partial frame starts at its first byte.
-            if input.isEmpty { if wasPartial { jsonPartial.untrack(id) } }
-            else if !wasPartial || completed { jsonPartial.track(id, nowMs: now) }
+            if input.isEmpty { jsonPartial.untrack(id) } else if !wasPartial || completed { jsonPartial.track(id, nowMs: now) }
         }
         swap(&input, &table.slots[id]!.input)
     }
@@ -517,12 +516,12 @@ public final class Server {
         case .success(.nickname(let name)):
             type = s.joinType
             frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
-            guard fitsLTBClients(id, frame, now: now) else { return }
+            guard reachesEveryone(id, frame, now: now) else { return }
             table.slots[id]!.nickname = name
         case .success(.msg(let content)):
             type = s.textType
             frame = JSONDialect.ltbFrame(type: type, nickname: table.slots[id]!.nickname ?? "", text: content, settings: s)
-            guard fitsLTBClients(id, frame, now: now) else { return }
+            guard reachesEveryone(id, frame, now: now) else { return }
         case .success(.leave):
             // Like seed 002's server: a leave before any nickname announces nothing.
             guard let name = table.slots[id]!.nickname else { return }
@@ -543,16 +542,26 @@ public final class Server {
         if logger.enabled(.debug) { logRelayEvent(id, event) }
     }
 
-    /// Whether the LTB frame a JSON command stands for stays within
-    /// `protocol.max_frame_bytes`, which LTB clients hold the daemon to
-    /// (PROTOCOL.md §1): nickname and content together can pass it although
-    /// each JSON frame was within `json.max_frame_bytes`. If not, the command
-    /// is dropped as a violation.
-    private func fitsLTBClients(_ id: Int, _ frame: [UInt8], now: UInt64) -> Bool {
-        let body = frame.count - FrameCodec.headerSize, limit = config.protocol.maxFrameBytes
-        guard body > limit else { return true }
-        let reason = "json: the frame for LTB clients would be \(body) bytes, over protocol.max_frame_bytes (\(formatSize(limit)))"
-        handleRejected(id, relay.reject(id, reason: reason), type: nil, code: "frame_too_large", now: now)
+    /// Whether the frame a JSON command stands for can reach every client:
+    /// its LTB form within `protocol.max_frame_bytes` (PROTOCOL.md §1) and
+    /// its JSON broadcast within `json.max_frame_bytes`. Each command was
+    /// within the JSON limit, but nickname and content together, or the
+    /// added `from`/`addr`, can pass either. If not, the command is dropped
+    /// as a violation, so its sender hears why instead of nobody hearing it.
+    private func reachesEveryone(_ id: Int, _ frame: [UInt8], now: UInt64) -> Bool {
+        let ltb = frame.count - FrameCodec.headerSize
+        let json = frame.withUnsafeBytes {
+            JSONDialect.translate($0, settings: relay.settings, senderAddress: table.slots[id]!.address)
+        }.map { $0.count - JSONFrameCodec.headerSize } ?? 0
+        let problem: String
+        if ltb > config.protocol.maxFrameBytes {
+            problem = "the frame for LTB clients would be \(ltb) bytes, over protocol.max_frame_bytes (\(formatSize(config.protocol.maxFrameBytes)))"
+        } else if json > config.json.maxFrameBytes {
+            problem = "its JSON broadcast would be \(json) bytes, over json.max_frame_bytes (\(formatSize(config.json.maxFrameBytes)))"
+        } else {
+            return true
+        }
+        handleRejected(id, relay.reject(id, reason: "json: " + problem), type: nil, code: "frame_too_large", now: now)
         return false
     }
 
@@ -690,28 +699,27 @@ public final class Server {
     /// neither produces more work (a reap may queue leave frames; a failed
     /// write may mark another close). Terminates: connections only go away.
     private func reapAndFlush(now: UInt64) {
-        for (id, bytes) in table.oversizeSkips {
-            guard let c = table.slots[id] else { continue }
-            logger.peerWarning(reason: "frame_over_output_limit", nowMs: now,
-                               "\(c.address): a \(bytes)-byte frame (as this client's dialect encodes it) exceeds output_hard_bytes "
-                               + "(\(formatSize(config.limits.outputHardBytes))) on its own; not delivered to this client",
-                               ["CLIENT_ADDR": c.address, "LENGTH": String(bytes)])
-        }
-        table.oversizeSkips.removeAll()
-        for (id, bytes) in table.jsonOversize {
-            let address = table.slots[id]?.address ?? "?"
-            logger.peerWarning(reason: "frame_over_json_limit", nowMs: now,
-                               "\(address): a frame whose JSON form is \(bytes) bytes, over json.max_frame_bytes "
-                               + "(\(formatSize(config.json.maxFrameBytes))), was not delivered to JSON clients",
-                               ["CLIENT_ADDR": address, "LENGTH": String(bytes)])
-        }
-        table.jsonOversize.removeAll()
         while !table.closeList.isEmpty || !table.flushList.isEmpty {
             while let id = table.closeList.popLast() { reap(id) }
             let list = table.flushList
             table.flushList.removeAll(keepingCapacity: true)
             for id in list { flush(id, now: now) }
         }
+        for skip in table.skips {
+            switch skip.kind {
+            case .overOutputLimit:
+                logger.peerWarning(reason: "frame_over_output_limit", nowMs: now,
+                                   "\(skip.address): a \(skip.bytes)-byte frame (as this client's dialect encodes it) exceeds "
+                                   + "output_hard_bytes (\(formatSize(config.limits.outputHardBytes))) on its own; not delivered to this client",
+                                   ["CLIENT_ADDR": skip.address, "LENGTH": String(skip.bytes)])
+            case .overJSONLimit:
+                logger.peerWarning(reason: "frame_over_json_limit", nowMs: now,
+                                   "\(skip.address): a frame whose JSON form is \(skip.bytes) bytes, over json.max_frame_bytes "
+                                   + "(\(formatSize(config.json.maxFrameBytes))), was not delivered to JSON clients",
+                                   ["CLIENT_ADDR": skip.address, "LENGTH": String(skip.bytes)])
+            }
+        }
+        table.skips.removeAll()
     }
 
     private func reap(_ id: Int) {
@@ -731,20 +739,23 @@ public final class Server {
     // MARK: - Timers
 
     private func runTimers(now: UInt64) {
-        expired.removeAll(keepingCapacity: true)
-        liveness.expire(nowMs: now, into: &expired)
-        jsonLiveness.expire(nowMs: now, into: &expired)
-        let silent = expired.count
-        jsonPartial.expire(nowMs: now, into: &expired)
-        for (i, id) in expired.enumerated() {
-            guard let c = table.slots[id], c.state == .open else { continue }
-            evictions &+= 1
-            let reason = i < silent
-                ? "heartbeat timeout: no frame for \(formatDuration(ms: c.dialect == .json ? jsonLiveness.timeoutMs : liveness.timeoutMs))"
-                : "heartbeat timeout: a JSON frame incomplete for \(formatDuration(ms: jsonPartial.timeoutMs))"
-            logger.debug("evicting \(c.address): \(reason)", ["CLIENT_ADDR": c.address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
-            table.markClosing(id, reason: reason)
+        /// Closes the connections in `expired` (they stay tracked until reaped).
+        func evictExpired(_ why: @autoclosure () -> String) {
+            for id in expired {
+                guard let c = table.slots[id], c.state == .open else { continue }
+                evictions &+= 1
+                let reason = why()
+                logger.debug("evicting \(c.address): \(reason)", ["CLIENT_ADDR": c.address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
+                table.markClosing(id, reason: reason)
+            }
+            expired.removeAll(keepingCapacity: true)
         }
+        liveness.expire(nowMs: now, into: &expired)
+        evictExpired("heartbeat timeout: no frame for \(formatDuration(ms: liveness.timeoutMs))")
+        jsonLiveness.expire(nowMs: now, into: &expired)
+        evictExpired("heartbeat timeout: no frame for \(formatDuration(ms: jsonLiveness.timeoutMs))")
+        jsonPartial.expire(nowMs: now, into: &expired)
+        evictExpired("heartbeat timeout: a JSON frame incomplete for \(formatDuration(ms: jsonPartial.timeoutMs))")
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty {
             draining.removeAll { id in

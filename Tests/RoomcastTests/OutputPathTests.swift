@@ -111,7 +111,7 @@ import Testing
         #expect(frame.count < 1_000)
         #expect(frame.withUnsafeBytes { t.broadcast($0, from: 0, to: [0, 1], except: -1) } == 1)
         #expect(t.closeList.isEmpty, "nobody is closed")
-        #expect(t.oversizeSkips.map(\.id) == [1] && t.oversizeSkips[0].bytes > 1_000)
+        #expect(t.skips.map(\.kind) == [.overOutputLimit] && t.skips.map(\.address) == ["127.0.0.1:2001"] && t.skips[0].bytes > 1_000)
         #expect(t.outboxes[0].pending == frame.count)
     }
 

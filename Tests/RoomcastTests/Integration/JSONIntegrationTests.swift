@@ -175,14 +175,20 @@ struct JSONIntegrationTests {
         try peer.send(["cmd": "nickname", "nickname": "still here"])
         peer.expect(["cmd": "join", "nickname": "still here", "addr": peer.address])
         #expect(ltb.receiveFrame()?.wire == Wire.join(UserInfo(level: 0, name: "still here", iconURL: "")))
-        // Exactly at the limit is accepted (and reaches the LTB client: its
-        // JSON form, with "from" added, would be over 1K for JSON clients).
-        var body = Array("{\"cmd\":\"msg\",\"content\":\"".utf8)
-        body += [UInt8](repeating: UInt8(ascii: "x"), count: 1024 - body.count - 2) + Array("\"}".utf8)
-        #expect(body.count == 1024)
-        try peer.sendBody(body)
-        let text = ltb.receiveFrame().flatMap { try? ChatMessage(protobuf: $0.body) }
-        #expect(text?.text.count == 1024 - 26)
+        // Exactly at the limit passes the framing (an unknown command: ignored).
+        func padded(_ prefix: String) -> [UInt8] {
+            let head = Array(prefix.utf8)
+            return head + [UInt8](repeating: UInt8(ascii: "x"), count: 1024 - head.count - 2) + Array("\"}".utf8)
+        }
+        try peer.sendBody(padded(#"{"cmd":"dance","pad":""#))
+        // A msg at the limit too, but its broadcast, with "from":"still here"
+        // added (20 bytes), is over it: dropped with the reason, for everyone alike.
+        try peer.sendBody(padded(#"{"cmd":"msg","content":""#))
+        #expect(d.stderr.wait(forLineWith: ["WARNING", peer.address, "its JSON broadcast would be 1044 bytes, over json.max_frame_bytes (1K)",
+                                            "REASON=frame_too_large"]))
+        try peer.send(["cmd": "msg", "content": "fits"])
+        #expect(ltb.receiveFrame()?.wire == Wire.text(UserInfo(level: 0, name: "still here", iconURL: ""), "fits"))
+        peer.expect(["cmd": "msg", "from": "still here", "content": "fits"])
     }
 
     @Test("frames made for the other dialect stay within its max_frame_bytes; too large ones are dropped and logged")
@@ -218,18 +224,23 @@ struct JSONIntegrationTests {
         let d = try Daemon(Self.settings.merging(["heartbeat.timeout": "1s"]) { $1 })
         let quiet = try JSONTestClient(d), stuck = try JSONTestClient(d), trickle = try JSONTestClient(d)
         try stuck.connection.sendRaw([40, 0])  // two bytes of a header, then nothing
-        // One byte every 200 ms: progress, but the frame is not done in 1 s.
-        let body = Array(#"{"cmd":"nickname","nickname":"slow"}"#.utf8)
-        let frame = JSONFrameCodec.encode(body)
+        // One byte every 200 ms for up to 4 s: progress, but the frame is not
+        // done within 1 s of its first byte. (Were the clock restarted by
+        // each byte, the close would come only 1 s after the last one.)
+        let frame = JSONFrameCodec.encode(Array(#"{"cmd":"nickname","nickname":"a-slow-typist"}"#.utf8))
         let start = monotonicMs()
-        for byte in frame.prefix(8) {
-            guard (try? trickle.connection.sendRaw([byte])) != nil else { break }  // closed meanwhile
-            pause(.milliseconds(200))
+        var closedAfterMs: Int64?
+        for byte in frame.prefix(20) {
+            let sent = (try? trickle.connection.sendRaw([byte])) != nil
+            if !sent || trickle.connection.isClosed(within: .milliseconds(200)) {
+                closedAfterMs = monotonicMs() - start
+                break
+            }
         }
+        let closed = try #require(closedAfterMs, "the trickling client was not closed within 4 s")
+        #expect(closed >= 1_000 && closed < 2_500, "closed \(closed) ms after its first byte (timeout 1 s)")
         stuck.connection.expectClosed(within: .seconds(1))
-        trickle.connection.expectClosed(within: .seconds(1))
-        #expect(monotonicMs() - start >= 1_000, "not before the timeout")
-        #expect(d.stderr.line(with: ["evicting \(stuck.address)", "a JSON frame incomplete for 1s"]) != nil)
+        #expect(d.stderr.wait(forLineWith: ["evicting \(stuck.address)", "a JSON frame incomplete for 1s"]))
         // A client that completes its frames, or says nothing at all, stays.
         try quiet.send(["cmd": "nickname", "nickname": "q"])
         quiet.expect(["cmd": "join", "nickname": "q", "addr": quiet.address])
