@@ -136,8 +136,16 @@ private func jsonObjects(_ text: String) throws -> [[String: Any]] {
     func sendInterrupted(signal: Int32) throws {
         let daemon = try TestDaemon(config: "[protocol]\necho = no\n")
         let command = try RoomcastCommand(["send", "--server", daemon.address, "--name", "a", "--timeout", "30s", "text", "x"])
-        usleep(500_000)  // connected and waiting for an echo that never comes
-        kill(command.process.processIdentifier, signal)
+        // Signal it only once it reads signals from its signalfd (blocked in
+        // SigBlk); it is then connecting or waiting for an echo that never comes.
+        let pid = command.process.processIdentifier
+        #expect(waitFor(10) {
+            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            let blocked = status.split(separator: "\n").first { $0.hasPrefix("SigBlk:") }
+                .flatMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) } ?? 0
+            return blocked & (1 << (SIGINT - 1)) != 0 && blocked & (1 << (SIGTERM - 1)) != 0
+        })
+        kill(pid, signal)
         let result = try command.finish(seconds: 5)
         #expect(result.status == 128 + signal)
         #expect(result.stderr == "roomcast: interrupted\n")

@@ -264,7 +264,7 @@ final class Daemon {
     private(set) var jsonPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
-    /// waits for READY=1 and `roomcastd ready` on stderr (10 s each), so
+    /// waits for READY=1 and `roomcastd ready` on stderr (10 s in all), so
     /// `log.level` must stay at `info` or below.
     /// - Parameters:
     ///   - environment: extra variables for the child (e.g. `WATCHDOG_USEC`).
@@ -325,6 +325,7 @@ final class Daemon {
         // A daemon that exits (a bad config, a taken port) fails at once, not after `timeout`.
         guard waitUntil(timeout, { ready() || !child.process.isRunning }), ready() else {
             let how = child.process.isRunning ? "did not become ready within \(timeout)" : "exited before it was ready"
+            if !child.process.isRunning { _ = stderr.waitForEOF(timeout: .seconds(2)) }  // all it said
             throw HarnessError("roomcastd \(how); stderr:\n\(stderr.current)")
         }
         let lines = stderr.current.split(separator: "\n").filter { $0.contains("listening on ") }
