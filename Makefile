@@ -194,36 +194,28 @@ uninstall:
 # Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
 # ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
 # make; its input is left in $(FUZZ_BUILD)/artifacts/ and becomes a unit test.
-# An incremental rebuild once produced binaries without coverage instrumentation
-# ("no interesting inputs ... Is the code instrumented?"): each binary is checked
-# for coverage on its seeds (INITED cov:), and the build redone from clean if not.
-# Each target builds in a build path and module cache of its own. Open
-# problem: SwiftPM 6.3 sometimes links a fuzzer without coverage
-# instrumentation (no __sancov sections; seen from a clean build path, cause
-# not found). Such a binary is rebuilt once from clean; if it is still
-# uninstrumented, a WARNING says so and it runs anyway (libFuzzer then
-# mutates blindly, so it still finds crashes, only fewer).
-FUZZ_BUILD_ONE = $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD)/$$t \
-	        --sanitize=fuzzer --sanitize=address -Xswiftc -parse-as-library \
-	        -Xswiftc -module-cache-path -Xswiftc $(abspath $(FUZZ_BUILD))/$$t/module-cache \
-	        2>&1 | grep -v 'Cannot export local symbol'
-FUZZ_INSTRUMENTED = $(FUZZ_BUILD)/$$t/release/$$t -runs=0 Tests/Fuzz/corpus/$$t 2>&1 | grep 'INITED cov:' >/dev/null
-
+#
+# One -sanitize=fuzzer,address flag, not SwiftPM's --sanitize=fuzzer
+# --sanitize=address: SwiftPM keeps those in a Set, so they reach swiftc in a
+# random order, and swiftc honours only the last -sanitize= it is given. Each
+# build had either coverage (no ASan) or ASan (no coverage: libFuzzer fuzzed
+# blind). SwiftPM's --sanitize=fuzzer stays, first, so that it links the
+# executable with libFuzzer's main; the -Xswiftc flag comes after it and wins.
+# Each binary is checked for both before it runs: coverage counters on its
+# seeds ("INITED cov:") and the ASan runtime.
+FUZZ_INSTRUMENTED = $(FUZZ_BUILD)/release/$$t -runs=0 Tests/Fuzz/corpus/$$t 2>&1 | grep 'INITED cov:' >/dev/null \
+	        && nm $(FUZZ_BUILD)/release/$$t | grep ' __asan_init$$' >/dev/null
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
-	    $(FUZZ_BUILD_ONE); \
-	    if ! $(FUZZ_INSTRUMENTED); then \
-	        echo "fuzz: $$t has no coverage instrumentation: rebuilding it from clean"; \
-	        rm -rf $(FUZZ_BUILD)/$$t; \
-	        $(FUZZ_BUILD_ONE); \
-	        $(FUZZ_INSTRUMENTED) || echo "fuzz: WARNING: $$t is still not instrumented for coverage: fuzzing it blind"; \
-	    fi; \
+	    $(SWIFT) build -c release --product $$t --build-path $(FUZZ_BUILD) \
+	        --sanitize=fuzzer -Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library 2>&1 | grep -v 'Cannot export local symbol'; \
+	    $(FUZZ_INSTRUMENTED) || { echo "fuzz: $$t lacks coverage or ASan instrumentation"; exit 1; }; \
 	done
 	@mkdir -p $(FUZZ_BUILD)/artifacts
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
-	    $(FUZZ_BUILD)/$$t/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
+	    $(FUZZ_BUILD)/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
 	        -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 	        -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- 2>&1 | grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|dictionary|^"' ; \
 	done
