@@ -205,11 +205,16 @@ final class ConnectionTable: FrameSink {
         var overHard: [Int] = []
         var failed: [(id: Int, errno: Int32)] = []
         var newlyQueued: [Int] = []
+        // Rare paths record into locals: touching the table's properties in
+        // the closure costs dynamic exclusivity checks on every delivery.
+        var tooLarge: [(id: Int, bytes: Int)] = []
+        var jsonTooLarge: Int?
+        let jsonLimit = jsonMaxFrameBytes
         var count = 0
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ bytes: UnsafeRawBufferPointer, _ m: Int) {
                 guard bytes.count <= hard else {
-                    skips.append(Skip(kind: .overOutputLimit, address: slots[m]?.address ?? "?", bytes: bytes.count))
+                    tooLarge.append((m, bytes.count))
                     return
                 }
                 var rest = bytes
@@ -241,8 +246,8 @@ final class ConnectionTable: FrameSink {
                 if boxes[m].json {
                     if translation == nil {
                         var json = self.translate(frame, from: sender)
-                        if let j = json, j.count - JSONFrameCodec.headerSize > jsonMaxFrameBytes {
-                            skips.append(Skip(kind: .overJSONLimit, address: self.address(of: sender), bytes: j.count - JSONFrameCodec.headerSize))
+                        if let j = json, j.count - JSONFrameCodec.headerSize > jsonLimit {
+                            jsonTooLarge = j.count - JSONFrameCodec.headerSize
                             json = nil
                         }
                         translation = .some(json)
@@ -255,6 +260,8 @@ final class ConnectionTable: FrameSink {
             }
         }
         flushList.append(contentsOf: newlyQueued)
+        for (m, bytes) in tooLarge { skips.append(Skip(kind: .overOutputLimit, address: slots[m]?.address ?? "?", bytes: bytes)) }
+        if let bytes = jsonTooLarge { skips.append(Skip(kind: .overJSONLimit, address: address(of: sender), bytes: bytes)) }
         for m in overHard {
             markClosing(m, reason: "slow consumer: \(outboxes[m].pending) bytes pending, the next frame would exceed "
                         + "output_hard_bytes (\(formatSize(outputHardBytes)))", warn: true)
