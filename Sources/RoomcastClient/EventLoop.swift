@@ -1,19 +1,10 @@
 import Glibc
 import RoomcastIO
 
-/// Readiness of a watched descriptor, as handed to a watch handler.
-public struct IOReadiness: OptionSet, Sendable {
-    /// Bit 0 readable, bit 1 writable, bit 2 hangup.
-    public let rawValue: UInt8
-    /// A set from its bits (see `rawValue`).
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
-    /// Bytes (or EOF) can be read without blocking.
-    public static let readable = IOReadiness(rawValue: 1)
-    /// Bytes can be written without blocking (or a non-blocking connect finished).
-    public static let writable = IOReadiness(rawValue: 2)
-    /// EPOLLHUP or EPOLLERR: read to learn the error or EOF, then close.
-    public static let hangup = IOReadiness(rawValue: 4)
-}
+/// Readiness of a watched descriptor, as handed to a watch handler:
+/// `.readable`, `.writable`, `.hangup` (EPOLLHUP or EPOLLERR: read to learn
+/// the error or EOF, then close). The selector's own type.
+public typealias IOReadiness = Readiness
 
 /// A registration of a descriptor with an `EventLoop`. Stale ids (after
 /// `unwatch`) are ignored by every call, so a handler may drop its own watch.
@@ -204,11 +195,7 @@ public final class EventLoop {
         let slot = Int(token & 0xFFFF_FFFF)
         let id = WatchID(slot: slot, generation: UInt32(token >> 32))
         guard isLive(id), let handler = watches[slot].handler else { return }  // stale: unwatched in this batch
-        var r: IOReadiness = []
-        if readiness.contains(.readable) { r.insert(.readable) }
-        if readiness.contains(.writable) { r.insert(.writable) }
-        if readiness.contains(.hangup) { r.insert(.hangup) }
-        handler(r)
+        handler(readiness)
     }
 
     /// Fires due timers one by one, earliest first, so an action that cancels

@@ -2,15 +2,20 @@ import CShim
 import Glibc
 
 /// Readiness of a descriptor, translated from epoll bits. The selector knows
-/// nothing of what the descriptor is.
-package struct Readiness: OptionSet, Sendable {
-    package let rawValue: UInt8
-    package init(rawValue: UInt8) { self.rawValue = rawValue }
-    package static let readable = Readiness(rawValue: 1)
-    package static let writable = Readiness(rawValue: 2)
+/// nothing of what the descriptor is. Public because the client library
+/// hands it to its watch handlers (`RoomcastClient.IOReadiness`).
+public struct Readiness: OptionSet, Sendable {
+    /// Bit 0 readable, bit 1 writable, bit 2 hangup.
+    public let rawValue: UInt8
+    /// A set from its bits (see `rawValue`).
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// Bytes (or EOF) can be read without blocking.
+    public static let readable = Readiness(rawValue: 1)
+    /// Bytes can be written without blocking (or a non-blocking connect finished).
+    public static let writable = Readiness(rawValue: 2)
     /// EPOLLHUP or EPOLLERR: the descriptor should be read (to learn the error
     /// or EOF) and then closed.
-    package static let hangup = Readiness(rawValue: 4)
+    public static let hangup = Readiness(rawValue: 4)
 }
 
 /// A level-triggered epoll(7) selector. Each registration carries a 64-bit
