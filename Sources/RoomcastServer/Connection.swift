@@ -260,7 +260,7 @@ final class ConnectionTable: FrameSink {
             }
         }
         flushList.append(contentsOf: newlyQueued)
-        for (m, bytes) in tooLarge { skips.append(Skip(kind: .overOutputLimit, address: slots[m]?.address ?? "?", bytes: bytes)) }
+        for (m, bytes) in tooLarge { skips.append(Skip(kind: .overOutputLimit, address: address(of: m), bytes: bytes)) }
         if let bytes = jsonTooLarge { skips.append(Skip(kind: .overJSONLimit, address: address(of: sender), bytes: bytes)) }
         for m in overHard {
             markClosing(m, reason: "slow consumer: \(outboxes[m].pending) bytes pending, the next frame would exceed "

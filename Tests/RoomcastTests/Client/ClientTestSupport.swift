@@ -19,14 +19,9 @@ private func temporaryURL(_ name: String) -> URL {
     FileManager.default.temporaryDirectory.appendingPathComponent("roomcast-client-\(getpid())-\(UUID().uuidString)-\(name)")
 }
 
-/// Polls `condition` every 10 ms for up to `seconds`.
+/// Polls `condition` every 10 ms for up to `seconds` (the harness's `waitUntil`).
 func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if condition() { return true }
-        usleep(10_000)
-    }
-    return condition()
+    waitUntil(.milliseconds(Int64(seconds * 1000)), condition)
 }
 
 /// A roomcastd child process. Logs go to a file (no pipe to fill up).
