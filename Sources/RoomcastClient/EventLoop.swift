@@ -9,8 +9,7 @@ public typealias IOReadiness = Readiness
 /// A registration of a descriptor with an `EventLoop`. Stale ids (after
 /// `unwatch`) are ignored by every call, so a handler may drop its own watch.
 public struct WatchID: Hashable, Sendable {
-    fileprivate let slot: Int
-    fileprivate let generation: UInt32
+    fileprivate let registration: Registration
 }
 
 /// A pending one-shot timer of an `EventLoop`.
@@ -30,22 +29,16 @@ public struct TimerID: Hashable, Sendable {
 /// A timer never fires early; one scheduled from a handler with a 0 ms delay
 /// fires on the next iteration, never inside the current one.
 public final class EventLoop {
-    private struct Watch {
-        var fd: Int32 = -1
-        var generation: UInt32 = 0
-        var handler: ((IOReadiness) -> Void)?
-    }
-
     private struct Timer {
         var id: UInt64
         var deadline: UInt64
         var action: () -> Void
     }
 
-    private let selector: Selector
+    /// The selector's registry keeps each watch's handler and drops events
+    /// of watches removed earlier in the same batch.
+    private let selector: Selector<(IOReadiness) -> Void>
     private let clock: () -> UInt64
-    private var watches: [Watch] = []
-    private var freeSlots: [Int] = []
     private var timers: [Timer] = []
     private var nextTimerID: UInt64 = 1
     private var stopRequested = false
@@ -67,32 +60,19 @@ public final class EventLoop {
     /// - Throws: `ClientError.system` if epoll_ctl refuses the descriptor.
     public func watch(_ fd: Int32, readable: Bool = true, writable: Bool = false,
                       _ handler: @escaping (IOReadiness) -> Void) throws(ClientError) -> WatchID {
-        let slot: Int
-        if let free = freeSlots.popLast() {
-            slot = free
-        } else {
-            slot = watches.count
-            watches.append(Watch())
-        }
-        watches[slot].fd = fd
-        watches[slot].handler = handler
-        let id = WatchID(slot: slot, generation: watches[slot].generation)
         do {
-            try selector.register(fd, token: token(id), readable: readable, writable: writable)
+            return WatchID(registration: try selector.register(fd, handler, readable: readable, writable: writable))
         } catch {
-            release(slot)
             throw ClientError(error)
         }
-        return id
     }
 
     /// Changes the readiness reported for a watch (e.g. arms writability only
     /// while output is queued). A stale id is ignored.
     /// - Throws: `ClientError.system` if epoll_ctl fails.
     public func update(_ id: WatchID, readable: Bool, writable: Bool) throws(ClientError) {
-        guard isLive(id) else { return }
         do {
-            try selector.modify(watches[id.slot].fd, token: token(id), readable: readable, writable: writable)
+            try selector.setInterest(id.registration, readable: readable, writable: writable)
         } catch {
             throw ClientError(error)
         }
@@ -101,30 +81,14 @@ public final class EventLoop {
     /// Stops reporting a descriptor. Events already collected for it in the
     /// current batch are dropped. A stale id is ignored.
     public func unwatch(_ id: WatchID) {
-        guard isLive(id) else { return }
-        selector.deregister(watches[id.slot].fd)
-        release(id.slot)
+        selector.deregister(id.registration)
     }
-
-    private func isLive(_ id: WatchID) -> Bool {
-        id.slot < watches.count && watches[id.slot].generation == id.generation && watches[id.slot].handler != nil
-    }
-
-    private func release(_ slot: Int) {
-        watches[slot] = Watch(fd: -1, generation: watches[slot].generation &+ 1, handler: nil)
-        freeSlots.append(slot)
-    }
-
-    private func token(_ id: WatchID) -> UInt64 { UInt64(id.generation) << 32 | UInt64(UInt32(id.slot)) }
 
     /// Drops every watch and timer, and with them their handlers, for a loop
     /// that is done: handlers usually capture the objects that own the loop,
     /// and this breaks those reference cycles. Descriptors are not closed.
     public func removeAll() {
-        for slot in watches.indices where watches[slot].handler != nil {
-            selector.deregister(watches[slot].fd)
-            release(slot)
-        }
+        selector.deregisterAll()
         timers.removeAll()
     }
 
@@ -159,9 +123,7 @@ public final class EventLoop {
             timeout = timeout < 0 ? untilTimer : min(timeout, untilTimer)
         }
         do {
-            try selector.wait(timeoutMs: timeout) { token, readiness in
-                dispatch(token, readiness)
-            }
+            try selector.wait(timeoutMs: timeout) { handler, readiness in handler(readiness) }
         } catch {
             throw ClientError(error)
         }
@@ -190,13 +152,6 @@ public final class EventLoop {
 
     /// Makes the current `run` return after the handler that called this.
     public func stop() { stopRequested = true }
-
-    private func dispatch(_ token: UInt64, _ readiness: Readiness) {
-        let slot = Int(token & 0xFFFF_FFFF)
-        let id = WatchID(slot: slot, generation: UInt32(token >> 32))
-        guard isLive(id), let handler = watches[slot].handler else { return }  // stale: unwatched in this batch
-        handler(readiness)
-    }
 
     /// Fires due timers one by one, earliest first, so an action that cancels
     /// another due timer really cancels it; timers scheduled by these actions

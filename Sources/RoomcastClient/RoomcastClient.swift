@@ -218,14 +218,22 @@ public final class RoomcastClient {
             let address = addresses[addressIndex]
             addressIndex += 1
             let text = format(address)
-            let sock = socket(address.family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
-            guard sock >= 0 else { lastError = .system(call: "socket", errno: errno); continue }
-            _ = Sys.setOption(sock, Int32(IPPROTO_TCP), TCP_NODELAY, 1)  // chat lines are small; no Nagle delay
-            let rc = address.bytes.withUnsafeBytes {
-                Glibc.connect(sock, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+            let sock: Int32
+            do {
+                sock = try Sys.blocking("socket") { socket(address.family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0) }
+            } catch {
+                lastError = .system(call: "socket", errno: error.errno)
+                continue
             }
-            let err = rc == 0 ? 0 : errno
-            if rc == 0 || err == EINPROGRESS || err == EINTR {
+            Sys.setOption(sock, Int32(IPPROTO_TCP), TCP_NODELAY, 1)  // chat lines are small; no Nagle delay
+            let err: Int32
+            do {
+                _ = try Sys.blocking("connect") { address.withSockaddr { Glibc.connect(sock, $0, $1) } }
+                err = 0
+            } catch {
+                err = error.errno
+            }
+            if err == 0 || err == EINPROGRESS {
                 fd = sock
                 connectedAddress = text
                 do {
@@ -239,7 +247,7 @@ public final class RoomcastClient {
                     lastError = error
                     continue
                 }
-                if rc == 0 { didConnect() }
+                if err == 0 { didConnect() }
                 return
             }
             Sys.close(sock)
@@ -280,9 +288,14 @@ public final class RoomcastClient {
     private func handle(_ readiness: IOReadiness) {
         switch state {
         case .connecting:
-            var error: Int32 = 0
+            var socketError: Int32 = 0
             var length = socklen_t(MemoryLayout<Int32>.size)
-            if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) < 0 { error = errno }
+            do {
+                _ = try Sys.blocking("getsockopt(SO_ERROR)") { getsockopt(fd, SOL_SOCKET, SO_ERROR, &socketError, &length) }
+            } catch {
+                socketError = error.errno
+            }
+            let error = socketError
             if error == 0 {
                 didConnect()
             } else {
@@ -393,7 +406,7 @@ public final class RoomcastClient {
 
     /// FIN after the last queued byte; a reset peer shows up as EOF or an error on read.
     private func shutdownWrite() {
-        _ = Glibc.shutdown(fd, Int32(SHUT_WR))
+        _ = try? Sys.blocking("shutdown") { Glibc.shutdown(fd, Int32(SHUT_WR)) }
     }
 
     private func failLater(_ error: ClientError) {
@@ -475,23 +488,5 @@ public final class RoomcastClient {
         onStatus(.reconnecting(delayMs: delay, attempt: retries))
     }
 
-    private func string(_ buffer: [CChar]) -> String {
-        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    private func format(_ address: SocketAddress) -> String {
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
-        return address.bytes.withUnsafeBytes { raw -> String in
-            if address.family == AF_INET6 {
-                let sa = raw.loadUnaligned(as: sockaddr_in6.self)
-                var a = sa.sin6_addr
-                inet_ntop(AF_INET6, &a, &buffer, socklen_t(buffer.count))
-                return "[" + string(buffer) + "]:" + String(UInt16(bigEndian: sa.sin6_port))
-            }
-            let sa = raw.loadUnaligned(as: sockaddr_in.self)
-            var a = sa.sin_addr
-            inet_ntop(AF_INET, &a, &buffer, socklen_t(buffer.count))
-            return string(buffer) + ":" + String(UInt16(bigEndian: sa.sin_port))
-        }
-    }
+    private func format(_ address: SocketAddress) -> String { address.text }
 }

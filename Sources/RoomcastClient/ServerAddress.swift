@@ -1,6 +1,5 @@
-import CShim
-import Glibc
 import RoomcastCore
+import RoomcastIO
 
 /// Where the daemon listens: a host (IPv4, IPv6 or a name) and a TCP port.
 public struct ServerAddress: Equatable, Hashable, Sendable, CustomStringConvertible {
@@ -32,30 +31,10 @@ public struct ServerAddress: Equatable, Hashable, Sendable, CustomStringConverti
     /// while a host name is looked up (numeric addresses never block).
     /// - Throws: `ClientError.resolve` with getaddrinfo's message.
     func resolve() throws(ClientError) -> [SocketAddress] {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_flags = AI_NUMERICSERV
-        var list: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(host, String(port), &hints, &list)
-        guard rc == 0 else { throw .resolve(host: host, message: String(cString: gai_strerror(rc))) }
-        defer { freeaddrinfo(list) }
-        var result: [SocketAddress] = []
-        var next = list
-        while let info = next {
-            if let addr = info.pointee.ai_addr, info.pointee.ai_family == AF_INET || info.pointee.ai_family == AF_INET6 {
-                let bytes = Array(UnsafeRawBufferPointer(start: addr, count: Int(info.pointee.ai_addrlen)))
-                let address = SocketAddress(family: info.pointee.ai_family, bytes: bytes)
-                if !result.contains(address) { result.append(address) }
-            }
-            next = info.pointee.ai_next
+        do {
+            return try SocketAddress.resolve(host: host, port: port)
+        } catch {
+            throw .resolve(host: host, message: error.message)
         }
-        guard !result.isEmpty else { throw .resolve(host: host, message: "no IPv4 or IPv6 address") }
-        return result
     }
-}
-
-/// A resolved socket address (sockaddr_in or sockaddr_in6 bytes).
-struct SocketAddress: Equatable {
-    var family: Int32
-    var bytes: [UInt8]
 }

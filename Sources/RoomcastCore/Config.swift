@@ -357,22 +357,21 @@ public struct Config: Equatable, Sendable {
         return config
     }
 
-    /// Reads and parses a file with Glibc `open(2)`/`read(2)` (no Foundation).
+    /// Parses the bytes of a config file (reading it is the caller's job:
+    /// `Config.load(path:)` in RoomcastServer).
     ///
-    /// - Throws: ``ConfigError`` with a nil line and the `strerror(3)` text if
-    ///   the file cannot be opened or read, if it is larger than 16 MiB, or
-    ///   (with the line) if it is not valid UTF-8; otherwise as ``parse(_:file:)``.
-    public static func load(path: String) throws(ConfigError) -> Config {
-        let bytes = try readFile(path)
+    /// - Throws: ``ConfigError`` with the first line that is not valid
+    ///   UTF-8, otherwise as ``parse(_:file:)``.
+    public static func parse(bytes: [UInt8], file: String) throws(ConfigError) -> Config {
         guard let text = String(validating: bytes, as: UTF8.self) else {
             var line = 1
             for chunk in bytes.split(separator: 0x0A, omittingEmptySubsequences: false) {
                 if String(validating: chunk, as: UTF8.self) == nil { break }
                 line += 1
             }
-            throw ConfigError(file: path, line: line, reason: "invalid UTF-8")
+            throw ConfigError(file: file, line: line, reason: "invalid UTF-8")
         }
-        return try parse(text, file: path)
+        return try parse(text, file: file)
     }
 
     /// Cross-key rules; the line is the latest line among the keys involved.
@@ -661,37 +660,44 @@ private func editDistance(_ a: [UInt8], _ b: [UInt8]) -> Int {
     return prev[b.count]
 }
 
-// MARK: - File reading
+// MARK: - Reload
 
-/// Reads a whole file with open/read; at most 16 MiB.
-private func readFile(_ path: String) throws(ConfigError) -> [UInt8] {
-    func failErrno(_ what: String) -> ConfigError {
-        ConfigError(file: path, line: nil, reason: "\(what): \(String(cString: strerror(errno)))")
-    }
-    // O_NONBLOCK: a FIFO or device in place of the file must never block the
-    // event loop during a reload (it is refused below as not a regular file).
-    let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-    if fd < 0 { throw failErrno("cannot open") }
-    defer { close(fd) }
-    var st = stat()
-    if fstat(fd, &st) != 0 { throw failErrno("cannot stat") }
-    if st.st_mode & S_IFMT != S_IFREG {
-        throw ConfigError(file: path, line: nil, reason: "not a regular file")
-    }
-    let limit = 16 << 20
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if n < 0 {
-            if errno == EINTR { continue }
-            throw failErrno("cannot read")
+/// What a reload (SIGHUP) applies: the new file's settings, except those
+/// that only a restart can change, which keep their running values.
+public struct ReloadPlan: Equatable, Sendable {
+    /// The config to run with from now on.
+    public var applied: Config
+    /// Keys whose new value waits for a restart, in a fixed order
+    /// (`server.listen`, `json.listen`, `protocol.byte_order`, `log.target`),
+    /// only those that changed (and, for the listen keys, only where the
+    /// file's value is in use: not replaced by `--listen`, not under socket
+    /// activation).
+    public var needRestart: [String]
+}
+
+extension Config {
+    /// The plan for replacing this running config by `new` (read from the
+    /// file on SIGHUP). Listen addresses, the byte order and the log target
+    /// need a restart: sockets are bound and clients speak one byte order
+    /// from the start, and the log sink is chosen once.
+    /// - Parameters:
+    ///   - listenOverridden: `--listen` replaced `[server] listen` at start.
+    ///   - socketActivated: the listeners came from systemd; no listen key is used.
+    public func reloadPlan(to new: Config, listenOverridden: Bool, socketActivated: Bool) -> ReloadPlan {
+        var applied = new
+        var needRestart: [String] = []
+        if !listenOverridden && !socketActivated && new.server.listen != server.listen { needRestart.append("server.listen") }
+        if !socketActivated && new.json.listen != json.listen { needRestart.append("json.listen") }
+        applied.server.listen = server.listen
+        applied.json.listen = json.listen
+        if new.protocol.byteOrder != self.protocol.byteOrder {
+            needRestart.append("protocol.byte_order")
+            applied.protocol.byteOrder = self.protocol.byteOrder
         }
-        if n == 0 { break }
-        bytes.append(contentsOf: chunk[..<n])
-        if bytes.count > limit {
-            throw ConfigError(file: path, line: nil, reason: "file is larger than 16M")
+        if new.log.target != log.target {
+            needRestart.append("log.target")
+            applied.log.target = log.target
         }
+        return ReloadPlan(applied: applied, needRestart: needRestart)
     }
-    return bytes
 }

@@ -149,6 +149,15 @@ public struct Relay {
         return (room, told)
     }
 
+    /// The connection is gone and nobody is told: the daemon is stopping,
+    /// and every room closes with it. A connection unknown or already gone
+    /// is ignored.
+    public mutating func forget(_ id: Int) {
+        guard id < sessions.count, sessions[id].active else { return }
+        _ = exit(id)
+        sessions[id] = Session()
+    }
+
     /// Handles one complete frame from connection `id`. `frame` is the whole
     /// frame as received (header + body); relayed copies are byte-identical.
     public mutating func receive(from id: Int, type: UInt16, frame: UnsafeRawBufferPointer, sink: some FrameSink) -> RelayEvent {
@@ -271,5 +280,14 @@ public struct Relay {
             freeRooms.append(r)
         }
         return r
+    }
+}
+
+extension RelaySettings {
+    /// The relay rules of a config (`[protocol]` and `server.default_room`).
+    public init(_ config: Config) {
+        self.init(byteOrder: config.protocol.byteOrder, joinType: config.protocol.joinType, leaveType: config.protocol.leaveType,
+                  heartbeatType: config.protocol.heartbeatType, echo: config.protocol.echo, validate: config.protocol.validate,
+                  maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom)
     }
 }

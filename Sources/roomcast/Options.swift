@@ -3,7 +3,6 @@
 import RoomcastClient
 
 /// The version printed by `--version` (the daemon's version: they ship together).
-let roomcastVersion = "0.1.0"
 
 /// sysexits(3) code for bad usage, as roomcastd uses.
 let exitUsage: Int32 = 64

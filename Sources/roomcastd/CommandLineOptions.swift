@@ -1,7 +1,6 @@
 import RoomcastCore
 
 /// The version printed by `--version`.
-let roomcastVersion = "0.1.0"
 
 /// roomcastd's command line (GNU style: `--opt VALUE` or `--opt=VALUE`).
 struct CommandLineOptions: Equatable {

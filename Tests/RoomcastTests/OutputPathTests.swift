@@ -5,10 +5,10 @@ import Testing
 
 /// The daemon's output path without the event loop: the raw output queue,
 /// broadcasts into the connection table, direct writes of large frames and
-/// the sweep that frees idle connections' buffers (issue 5's fast path).
+/// the sweep that frees idle connections' buffers (the fan-out fast path).
 @Suite struct OutputPathTests {
-    @Test func byteQueueAppendsConsumesGrowsAndSlides() {
-        var q = ByteQueue()
+    @Test func outputQueueAppendsConsumesGrowsAndSlides() {
+        var q = OutputQueue()
         defer { q.release() }
         var model: [UInt8] = []
         var rng = SeededGenerator(state: 5)
@@ -29,7 +29,7 @@ import Testing
 
     /// A table with `n` connections on socketpairs; returns the peer ends.
     static func table(_ n: Int, hard: Int = 1 << 20) -> (ConnectionTable, [Int32], [Int32]) {
-        let t = ConnectionTable(outputHardBytes: hard, relaySettings: RelaySettings())
+        let t = ConnectionTable(fanout: Fanout(outputHardBytes: hard, relaySettings: RelaySettings()))
         var ours: [Int32] = [], peers: [Int32] = []
         for i in 0..<n {
             var sv: [Int32] = [0, 0]
@@ -57,16 +57,16 @@ import Testing
         let small = FrameCodec.encode(type: 99, body: [1, 2, 3], byteOrder: .little)
         let large = FrameCodec.encode(type: 99, body: [UInt8](repeating: 7, count: 8_000), byteOrder: .little)
         // Connection 0 is idle: the large frame is written at once, nothing queued.
-        #expect(large.withUnsafeBytes { t.broadcast($0, from: 9, to: [0], except: -1) } == 1)
-        #expect(t.outboxes[0].pending == 0 && t.flushList.isEmpty)
+        #expect(large.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0], except: -1) } == 1)
+        #expect(t.fanout.outboxes[0].pending == 0 && t.fanout.flushList.isEmpty)
         #expect(Self.drain(peers[0]) == large)
         // Connection 1 has a small frame queued: the large one queues behind it.
-        _ = small.withUnsafeBytes { t.broadcast($0, from: 9, to: [1], except: -1) }
-        _ = large.withUnsafeBytes { t.broadcast($0, from: 9, to: [1], except: -1) }
+        _ = small.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
+        _ = large.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
         #expect(Self.drain(peers[1]).isEmpty, "nothing overtakes the queued small frame")
-        #expect(t.outboxes[1].pending == small.count + large.count)
-        #expect(t.flushList == [1])
-        t.outboxes[1].queue.withReadableBytes { #expect(Array($0) == small + large) }
+        #expect(t.fanout.outboxes[1].pending == small.count + large.count)
+        #expect(t.fanout.flushList == [1])
+        t.fanout.outboxes[1].queue.withReadableBytes { #expect(Array($0) == small + large) }
     }
 
     @Test func idleBuffersAreFreedBySweepsBusyOnesKept() {
@@ -74,28 +74,28 @@ import Testing
         defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
         let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 1, count: 100), byteOrder: .little)
         func deliverAndDrain(_ ids: [Int]) {
-            _ = frame.withUnsafeBytes { t.broadcast($0, from: 9, to: ids, except: -1) }
+            _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: ids, except: -1) }
             for id in ids {
-                t.outboxes[id].queue.consume(t.outboxes[id].pending, keepCapacity: 16 * 1024)  // as a flush does
-                t.retainDrainedBuffer(id)
+                t.fanout.outboxes[id].queue.consume(t.fanout.outboxes[id].pending, keepCapacity: 16 * 1024)  // as a flush does
+                t.fanout.retainDrainedBuffer(id)
             }
         }
         deliverAndDrain([0, 1])
-        #expect(t.outboxes[0].queue.capacity > 0 && t.outboxes[1].queue.capacity > 0, "drained buffers are kept")
-        #expect(t.sweepIdleBuffers() == 0, "both got a frame since the last sweep")
+        #expect(t.fanout.outboxes[0].queue.capacity > 0 && t.fanout.outboxes[1].queue.capacity > 0, "drained buffers are kept")
+        #expect(t.fanout.sweepIdleBuffers() == 0, "both got a frame since the last sweep")
         deliverAndDrain([0])
-        let idleCapacity = t.outboxes[1].queue.capacity
-        #expect(t.sweepIdleBuffers() == idleCapacity, "the sweep reports what it freed")
-        #expect(t.outboxes[1].queue.capacity == 0, "connection 1 got nothing for a sweep interval: freed")
-        #expect(t.outboxes[0].queue.capacity > 0, "connection 0 is busy: kept")
-        #expect(t.sweepIdleBuffers() > 0)
-        #expect(t.outboxes[0].queue.capacity == 0)
+        let idleCapacity = t.fanout.outboxes[1].queue.capacity
+        #expect(t.fanout.sweepIdleBuffers() == idleCapacity, "the sweep reports what it freed")
+        #expect(t.fanout.outboxes[1].queue.capacity == 0, "connection 1 got nothing for a sweep interval: freed")
+        #expect(t.fanout.outboxes[0].queue.capacity > 0, "connection 0 is busy: kept")
+        #expect(t.fanout.sweepIdleBuffers() > 0)
+        #expect(t.fanout.outboxes[0].queue.capacity == 0)
     }
 
     /// A frame whose JSON form alone exceeds output_hard_bytes is skipped for
     /// that JSON client (it is not slow); LTB recipients still get it.
     @Test func oversizeTranslationIsSkippedNotAClose() {
-        let t = ConnectionTable(outputHardBytes: 1_000, relaySettings: RelaySettings())
+        let t = ConnectionTable(fanout: Fanout(outputHardBytes: 1_000, relaySettings: RelaySettings()))
         var fds: [Int32] = []
         for (i, dialect) in [Dialect.ltb, .json].enumerated() {
             var sv: [Int32] = [0, 0]
@@ -109,21 +109,21 @@ import Testing
         let frame = FrameCodec.encode(type: 2, body: ChatMessage(user: UserInfo(level: 1, name: "a", iconURL: ""), text: text).serialized(),
                                       byteOrder: .little)
         #expect(frame.count < 1_000)
-        #expect(frame.withUnsafeBytes { t.broadcast($0, from: 0, to: [0, 1], except: -1) } == 1)
+        #expect(frame.withUnsafeBytes { t.fanout.broadcast($0, from: 0, to: [0, 1], except: -1) } == 1)
         #expect(t.closeList.isEmpty, "nobody is closed")
-        #expect(t.skips.map(\.kind) == [.overOutputLimit] && t.skips.map(\.address) == ["127.0.0.1:2001"] && t.skips[0].bytes > 1_000)
-        #expect(t.outboxes[0].pending == frame.count)
+        #expect(t.fanout.skips.map(\.kind) == [.overOutputLimit] && t.fanout.skips.map(\.address) == ["127.0.0.1:2001"] && t.fanout.skips[0].bytes > 1_000)
+        #expect(t.fanout.outboxes[0].pending == frame.count)
     }
 
     @Test func overTheHardLimitClosesOnlyThatRecipient() {
         let (t, ours, peers) = Self.table(2, hard: 300)
         defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
         let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 1, count: 100), byteOrder: .little)
-        _ = frame.withUnsafeBytes { t.broadcast($0, from: 9, to: [0, 1], except: -1) }
-        t.outboxes[1].queue.consume(t.outboxes[1].pending, keepCapacity: 0)  // 1 reads, 0 does not
-        for _ in 0..<2 { _ = frame.withUnsafeBytes { t.broadcast($0, from: 9, to: [0, 1], except: -1) } }
+        _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) }
+        t.fanout.outboxes[1].queue.consume(t.fanout.outboxes[1].pending, keepCapacity: 0)  // 1 reads, 0 does not
+        for _ in 0..<2 { _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } }
         #expect(t.closeList == [0])
-        #expect(t.slots[0]?.closeReason.contains("output_hard_bytes") == true)
-        #expect(t.outboxes[1].pending == 2 * frame.count)
+        #expect(t.slots[0]?.closeReason?.text.contains("output_hard_bytes") == true)
+        #expect(t.fanout.outboxes[1].pending == 2 * frame.count)
     }
 }

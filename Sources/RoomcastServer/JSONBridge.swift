@@ -1,10 +1,16 @@
 import FoundationEssentials
 import RoomcastCore
 
-/// Seed 002's JSON chat room (PROTOCOL.md §7), bridged into the rooms of the
-/// length-type-body protocol. Inside the daemon every event is an LTB frame;
-/// this file turns JSON commands into such frames and such frames into the
-/// JSON a seed-002 client expects.
+// JSONBridge.swift owns everything JSON (docs/protocol.md §7): the dialect
+// (decoding commands, encoding broadcasts), the bridge of commands into the
+// relay as LTB frames, and the size limits across the two dialects. The
+// translation of relayed frames for JSON recipients is called from the
+// fan-out, once per broadcast.
+
+/// The JSON chat-room dialect, bridged into the rooms of the length-type-body
+/// protocol. Inside the daemon every event is an LTB frame; this type turns
+/// JSON commands into such frames and such frames into the JSON a JSON
+/// client expects.
 enum JSONDialect {
     /// A command from a JSON client.
     enum Command: Equatable {
@@ -25,7 +31,7 @@ enum JSONDialect {
     }
 
     /// Decodes one JSON body: any JSON object with a string `cmd` (extra keys
-    /// are ignored; the seed client pretty-prints).
+    /// are ignored; some clients pretty-print).
     /// - Returns: the command, or the reason the body is malformed (not a
     ///   JSON object, `cmd` missing, a field of the wrong type, a command
     ///   without its argument).
@@ -82,7 +88,7 @@ enum JSONDialect {
         return e
     }()
 
-    /// The JSON frame (4-byte length + body) a seed-002 client gets for an
+    /// The JSON frame (4-byte length + body) a JSON client gets for an
     /// LTB frame, or nil when it has no JSON form (opaque types, heartbeats,
     /// bodies that do not decode). `senderAddress` fills join/leave's `addr`.
     static func translate(_ frame: UnsafeRawBufferPointer, settings s: RelaySettings, senderAddress: String) -> [UInt8]? {
@@ -114,7 +120,72 @@ enum JSONDialect {
     }
 }
 
-/// Why a JSON body was refused; counted as a violation (PROTOCOL.md §7).
+/// Why a JSON body was refused; counted as a violation (docs/protocol.md §7).
 struct JSONBodyError: Error, Equatable {
     var reason: String
+}
+
+extension Server {
+    /// One JSON command (docs/protocol.md §7): it becomes the LTB frame it
+    /// stands for and goes through the same relay, so both dialects share
+    /// rooms; JSON recipients get it translated back by the fan-out.
+    func handleJSONCommand(_ id: Int, _ body: UnsafeRawBufferPointer, now: UInt64) {
+        let s = relay.settings
+        let type: UInt16
+        let frame: [UInt8]
+        switch JSONDialect.decode(body) {
+        case .failure(let error):
+            handleRejected(id, relay.reject(id, reason: "json: \(error.reason)"), type: nil, now: now)
+            return
+        case .success(.nickname(let name)):
+            type = s.joinType
+            frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
+            guard reachesEveryone(id, frame, now: now) else { return }
+            table.slots[id]!.nickname = name
+        case .success(.msg(let content)):
+            type = s.textType
+            frame = JSONDialect.ltbFrame(type: type, nickname: table.slots[id]!.nickname ?? "", text: content, settings: s)
+            guard reachesEveryone(id, frame, now: now) else { return }
+        case .success(.leave):
+            // A leave before any nickname announces nothing.
+            guard let name = table.slots[id]!.nickname else { return }
+            table.slots[id]!.nickname = nil
+            type = s.leaveType
+            frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
+        case .success(.unknown(let cmd)):
+            logger.debug("ignoring unknown JSON command '\(cmd)'", ["CLIENT_ADDR": table.address(of: id)])
+            return
+        }
+        let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table.fanout) }
+        if case .rejected = event { handleRejected(id, event, type: nil, now: now); return }
+        if case .left(room: .some, _) = event, s.echo {
+            // docs/protocol.md §7: the leave goes to every client including
+            // the sender, which the relay has already taken out of the room.
+            _ = frame.withUnsafeBytes { table.fanout.broadcast($0, from: id, to: [id], except: -1) }
+        }
+        if logger.enabled(.debug) { logRelayEvent(id, event) }
+    }
+
+    /// Whether the frame a JSON command stands for can reach every client:
+    /// its LTB form within `protocol.max_frame_bytes` (docs/protocol.md §1)
+    /// and its JSON broadcast within `json.max_frame_bytes`. Each command was
+    /// within the JSON limit, but nickname and content together, or the
+    /// added `from`/`addr`, can pass either. If not, the command is dropped
+    /// as a violation, so its sender hears why instead of nobody hearing it.
+    private func reachesEveryone(_ id: Int, _ frame: [UInt8], now: UInt64) -> Bool {
+        let ltb = frame.count - FrameCodec.headerSize
+        let json = frame.withUnsafeBytes {
+            JSONDialect.translate($0, settings: relay.settings, senderAddress: table.address(of: id))
+        }.map { $0.count - JSONFrameCodec.headerSize } ?? 0
+        let problem: String
+        if ltb > config.protocol.maxFrameBytes {
+            problem = "the frame for LTB clients would be \(ltb) bytes, over protocol.max_frame_bytes (\(formatSize(config.protocol.maxFrameBytes)))"
+        } else if json > config.json.maxFrameBytes {
+            problem = "its JSON broadcast would be \(json) bytes, over json.max_frame_bytes (\(formatSize(config.json.maxFrameBytes)))"
+        } else {
+            return true
+        }
+        handleRejected(id, relay.reject(id, reason: "json: " + problem), type: nil, code: "frame_too_large", now: now)
+        return false
+    }
 }

@@ -1,0 +1,118 @@
+import RoomcastCore
+import RoomcastIO
+
+// ConnectionLifecycle.swift owns a connection's life from its first
+// registration to its reap: open (after admission), EOF, drain, leave
+// (the synthesized leave of docs/protocol.md §4), eviction and the reap
+// that closes the descriptor. States change only through
+// `ConnectionTable.transition`; descriptors are closed only in `reap` and
+// at the end of a stop (Lifecycle.swift).
+
+extension Server {
+    /// Time allowed to flush owed output after EOF or on stop, in ms.
+    static let drainTimeoutMs: UInt64 = 5_000
+
+    /// Takes an admitted socket into the table, the selector, the relay (the
+    /// default room, docs/protocol.md §4) and the heartbeat wheels.
+    /// - Returns: the connection id, or nil if epoll refused the descriptor
+    ///   (then it is closed).
+    @discardableResult
+    func open(fd: Int32, dialect: Dialect, address: String, now: UInt64) -> Int? {
+        let id = table.add(fd: fd, dialect: dialect, address: address)
+        do {
+            table.slots[id]!.registration = try selector.register(fd, .connection(id))
+        } catch {
+            logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": "epoll_failed", "DETAIL": error.description])
+            Sys.close(fd)
+            table.remove(id)
+            return nil
+        }
+        resetRateLimits(id, now: now)
+        relay.connect(id)
+        heartbeats.track(id, dialect, nowMs: now)
+        logger.debug("client connected", ["CLIENT_ADDR": address, "ROOM": config.server.defaultRoom])
+        return id
+    }
+
+    /// The peer sent EOF: it leaves its room now, and what it is already owed
+    /// is flushed (up to `drainTimeoutMs`) before the socket is closed.
+    func peerClosed(_ id: Int) {
+        let c = table.slots[id]!
+        if !c.input.isEmpty {
+            // A FIN in the middle of a frame is a client bug (a dropped network
+            // gives a reset or a timeout): say what was lost.
+            logger.peerWarning(reason: "truncated_frame", nowMs: clock(),
+                               "\(c.address): closed the connection with \(c.input.count) bytes of an incomplete frame; dropped",
+                               ["CLIENT_ADDR": c.address, "LENGTH": String(c.input.count), "ROOM": relay.room(of: id) ?? ""])
+        }
+        depart(id)
+        heartbeats.untrack(id)
+        if table.fanout.outboxes[id].pending == 0 {
+            table.close(id, "closed by peer")
+        } else {
+            startDraining(id, now: clock())
+        }
+    }
+
+    /// Stops reading `id` and flushes what it is owed until the drain deadline.
+    func startDraining(_ id: Int, now: UInt64) {
+        table.transition(id, to: .draining)
+        table.slots[id]!.drainDeadlineMs = now + Self.drainTimeoutMs
+        table.slots[id]!.input = []
+        draining.append(id)
+        setWriteInterest(id, true)
+    }
+
+    /// Closes draining connections whose deadline passed.
+    func checkDrainDeadlines(now: UInt64) {
+        draining.removeAll { id in
+            guard table.state(id) == .draining else { return true }
+            guard now >= table.slots[id]!.drainDeadlineMs else { return false }
+            table.close(id, "drain timeout with \(table.fanout.outboxes[id].pending) bytes unsent")
+            return true
+        }
+    }
+
+    /// Tells the relay the connection is gone: its room hears the
+    /// synthesized leave (docs/protocol.md §4). The relay forgets a
+    /// connection once, so a second call does nothing.
+    func depart(_ id: Int) {
+        let (room, n) = relay.disconnect(id, sink: table.fanout)
+        if let room, n > 0 {
+            logger.debug("announced leave of \(table.address(of: id)) to \(room) (\(n) recipients)",
+                         ["CLIENT_ADDR": table.address(of: id), "ROOM": room])
+        }
+    }
+
+    /// A heartbeat deadline passed (Heartbeats.swift): closed if still open.
+    func evict(_ id: Int, _ reason: String) {
+        guard table.isOpen(id) else { return }
+        status.evictions &+= 1
+        let address = table.address(of: id)
+        logger.debug("evicting \(address): \(reason)", ["CLIENT_ADDR": address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
+        table.close(id, reason)
+    }
+
+    /// The end of a connection marked for close: leave announced (if it had
+    /// not left yet), deadlines dropped, descriptor closed, slot freed.
+    func reap(_ id: Int) {
+        guard let c = table.slots[id] else { return }
+        let reason = c.closeReason ?? CloseReason(text: "closed")
+        if let code = reason.warning {
+            logger.peerWarning(reason: code, nowMs: clock(), "\(c.address): closing: \(reason.text)",
+                               ["CLIENT_ADDR": c.address, "ROOM": relay.room(of: id) ?? ""])
+        }
+        depart(id)
+        heartbeats.untrack(id)
+        release(id)
+        logger.debug("client disconnected: \(reason.text)", ["CLIENT_ADDR": c.address, "DETAIL": reason.text])
+    }
+
+    /// Deregisters and closes the descriptor of `id` and frees its slot.
+    func release(_ id: Int) {
+        guard let c = table.slots[id] else { return }
+        if let r = c.registration { selector.deregister(r) }
+        Sys.close(c.fd)
+        table.remove(id)
+    }
+}

@@ -1,0 +1,215 @@
+import RoomcastCore
+import RoomcastIO
+
+// Input.swift owns the read side of a connection: bounded reads, frame
+// reassembly, ONE frame loop for both dialects (generic over the codec),
+// rate limits, and the handling of frames the relay rejects (violations).
+// It writes nothing to sockets (the relay queues output into the fan-out)
+// and closes nobody itself: it asks the table (`ConnectionTable.close`).
+
+/// A frame codec the input loop can run: how frames are cut from a byte
+/// stream, and what a complete frame does.
+protocol InputCodec {
+    /// The dialect whose heartbeat tracker a frame refreshes.
+    static var dialect: Dialect { get }
+    /// Bytes before the body.
+    static var headerSize: Int { get }
+    /// The largest body accepted, in bytes (docs/protocol.md §1, §7).
+    static func maxFrameBytes(_ config: Config) -> Int
+    /// Peeks at the start of `bytes`: a whole frame, not yet, or a header
+    /// that claims more than `maxFrameBytes` (nothing is allocated for it).
+    static func parse(_ bytes: UnsafeRawBufferPointer, _ config: Config, maxFrameBytes: Int) -> FrameCodec.Step
+    /// The frame type for logs and rate limits (nil: the dialect has none).
+    static func frameType(_ type: UInt16) -> UInt16?
+    /// Handles one complete frame (`frame` includes its header).
+    static func handle(_ server: Server, _ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64)
+}
+
+/// Length-type-body frames (docs/protocol.md §1): relayed as received.
+enum LTBInput: InputCodec {
+    static var dialect: Dialect { .ltb }
+    static var headerSize: Int { FrameCodec.headerSize }
+    static func maxFrameBytes(_ config: Config) -> Int { config.protocol.maxFrameBytes }
+    @inline(__always)
+    static func parse(_ bytes: UnsafeRawBufferPointer, _ config: Config, maxFrameBytes: Int) -> FrameCodec.Step {
+        FrameCodec.parse(bytes, byteOrder: config.protocol.byteOrder, maxFrameBytes: maxFrameBytes)
+    }
+    static func frameType(_ type: UInt16) -> UInt16? { type }
+    @inline(__always)
+    static func handle(_ server: Server, _ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) {
+        server.relayFrame(id, type: type, frame: frame, now: now)
+    }
+}
+
+/// Length + JSON frames (docs/protocol.md §7): each command is bridged (JSONBridge.swift).
+enum JSONInput: InputCodec {
+    static var dialect: Dialect { .json }
+    static var headerSize: Int { JSONFrameCodec.headerSize }
+    static func maxFrameBytes(_ config: Config) -> Int { config.json.maxFrameBytes }
+    static func parse(_ bytes: UnsafeRawBufferPointer, _ config: Config, maxFrameBytes: Int) -> FrameCodec.Step {
+        JSONFrameCodec.parse(bytes, maxFrameBytes: maxFrameBytes)
+    }
+    static func frameType(_ type: UInt16) -> UInt16? { nil }
+    static func handle(_ server: Server, _ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) {
+        server.handleJSONCommand(id, UnsafeRawBufferPointer(rebasing: frame[headerSize...]), now: now)
+    }
+}
+
+extension Server {
+    // Per-wakeup work bounds: reads per connection event, bytes per read.
+    static let readSize = 64 * 1024
+    static let readsPerWakeup = 4
+
+    /// Reads what `id` sent, up to `readsPerWakeup` reads; EOF and errors
+    /// end the connection (ConnectionLifecycle.swift).
+    func readFrames(_ id: Int) {
+        let fd = table.slots[id]!.fd
+        for _ in 0..<Self.readsPerWakeup {
+            guard table.isOpen(id) else { return }
+            let result = scratch.withUnsafeMutableBytes { Sys.read(fd, $0.baseAddress!, $0.count) }
+            switch result {
+            case .done(let n):
+                consume(id, count: n)
+                if n < Self.readSize { return }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                peerClosed(id)
+                return
+            case .failed(let e):
+                table.close(id, SystemError("read", errno: e).description)
+                return
+            }
+        }
+    }
+
+    /// Handles `count` freshly read bytes in `scratch`. Whole frames are
+    /// relayed straight from the read buffer; only a trailing partial frame
+    /// is copied into the connection's own input buffer.
+    private func consume(_ id: Int, count n: Int) {
+        var input: [UInt8] = []
+        swap(&input, &table.slots[id]!.input)
+        let now = clock()
+        let dialect = table.slots[id]!.dialect
+        let wasPartial = !input.isEmpty
+        var completed = false
+        if input.isEmpty {
+            let used = scratch.withUnsafeBytes { processFrames(dialect, id, UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: now) }
+            if used < n { input.append(contentsOf: scratch[used..<n]) }
+        } else {
+            input.append(contentsOf: scratch[0..<n])
+            let used = input.withUnsafeBytes { processFrames(dialect, id, $0, now: now) }
+            completed = used > 0
+            if used == input.count {
+                input = []
+            } else if used > 0 {
+                input.removeSubrange(0..<used)
+            }
+        }
+        guard table.isOpen(id) else { return }
+        if dialect == .json {
+            heartbeats.jsonInput(id, partial: !input.isEmpty, startedNow: !wasPartial || completed, nowMs: now)
+        }
+        swap(&input, &table.slots[id]!.input)
+    }
+
+    private func processFrames(_ dialect: Dialect, _ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+        dialect == .json ? frameLoop(JSONInput.self, id, bytes, now: now) : frameLoop(LTBInput.self, id, bytes, now: now)
+    }
+
+    /// Handles every whole frame at the start of `bytes`.
+    /// - Returns: the bytes used (all of them once the connection is closed).
+    private func frameLoop<Codec: InputCodec>(_: Codec.Type, _ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+        let limit = Codec.maxFrameBytes(config)
+        var offset = 0
+        while offset < bytes.count {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+            switch Codec.parse(rest, config, maxFrameBytes: limit) {
+            case .needMore:
+                return offset
+            case .tooLarge(let claimed):
+                frameTooLarge(id, claimed: claimed, limit: limit, now: now)
+                return bytes.count
+            case .frame(let type, let length):
+                let size = Codec.headerSize + length
+                offset += size
+                status.framesIn &+= 1
+                heartbeats.touch(id, Codec.dialect, nowMs: now)
+                if withinRateLimits(id, bytes: size, type: Codec.frameType(type), now: now) {
+                    Codec.handle(self, id, type: type, frame: UnsafeRawBufferPointer(rebasing: rest[0..<size]), now: now)
+                }
+                guard table.isOpen(id) else { return bytes.count }
+            }
+        }
+        return offset
+    }
+
+    /// One LTB frame into the relay (docs/protocol.md §2-§4).
+    func relayFrame(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) {
+        let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
+        if case .rejected = event { handleRejected(id, event, type: type, now: now) }
+        else if logger.enabled(.debug) { logRelayEvent(id, event) }
+    }
+
+    /// Takes one frame of `bytes` (header included) from the connection's
+    /// token buckets. A frame over `frames_per_second` or `bytes_per_second`
+    /// is dropped and counts as a violation.
+    private func withinRateLimits(_ id: Int, bytes: Int, type: UInt16?, now: UInt64) -> Bool {
+        var exceeded: String?
+        if table.slots[id]!.frameBucket != nil, !table.slots[id]!.frameBucket!.take(1, nowMs: now) {
+            exceeded = "limits.frames_per_second (\(config.limits.framesPerSecond))"
+        } else if table.slots[id]!.byteBucket != nil, !table.slots[id]!.byteBucket!.take(bytes, nowMs: now) {
+            exceeded = "limits.bytes_per_second (\(formatSize(config.limits.bytesPerSecond)))"
+        }
+        guard let exceeded else { return true }
+        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)"), type: type, code: "rate_limit", now: now)
+        return false
+    }
+
+    /// Fresh token buckets with the current `[limits]` rates (on accept, and
+    /// for everyone on reload).
+    func resetRateLimits(_ id: Int, now: UInt64) {
+        let l = config.limits
+        table.slots[id]!.frameBucket = l.framesPerSecond > 0
+            ? TokenBucket(rate: l.framesPerSecond, burst: l.framesBurst > 0 ? l.framesBurst : l.framesPerSecond, nowMs: now) : nil
+        table.slots[id]!.byteBucket = l.bytesPerSecond > 0
+            ? TokenBucket(rate: l.bytesPerSecond, burst: l.bytesBurst > 0 ? l.bytesBurst : l.bytesPerSecond, nowMs: now) : nil
+    }
+
+    /// A header claimed more than the limit: the stream cannot be trusted any
+    /// further, so only this client is closed (docs/protocol.md §1).
+    private func frameTooLarge(_ id: Int, claimed: UInt32, limit: Int, now: UInt64) {
+        let address = table.address(of: id)
+        logger.peerWarning(reason: "frame_too_large", nowMs: now,
+                           "\(address): frame length \(claimed) exceeds max_frame_bytes (\(limit)); closing",
+                           ["CLIENT_ADDR": address, "LENGTH": String(claimed)])
+        table.close(id, "frame length \(claimed) exceeds max_frame_bytes \(limit)")
+    }
+
+    /// Logs a dropped frame and closes its sender at `max_violations`.
+    /// `type` is nil for JSON bodies; `code` is the log's REASON.
+    func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, code: String = "bad_frame", now: UInt64) {
+        guard case .rejected(let reason, let violations, let disconnect) = event else { return }
+        let address = table.address(of: id)
+        let max = config.protocol.maxViolations
+        let what = (code == "bad_frame" ? "bad " : "") + (type.map { "frame of type \($0)" } ?? "JSON frame")
+        logger.peerWarning(reason: code, nowMs: now,
+                           "\(address): dropped \(what): \(reason) (violation \(violations) of \(max))",
+                           ["CLIENT_ADDR": address, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
+        if disconnect {
+            table.close(id, "\(violations) bad frames (protocol.max_violations = \(max))")
+        }
+    }
+
+    func logRelayEvent(_ id: Int, _ event: RelayEvent) {
+        let address = table.address(of: id)
+        switch event {
+        case .joined(let name, let room, let n):
+            logger.debug("\(name) joined \(room) (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room, "USER_NAME": name])
+        case .left(let room, let n):
+            logger.debug("client left \(room ?? "no room") (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room ?? ""])
+        default:
+            break
+        }
+    }
+}

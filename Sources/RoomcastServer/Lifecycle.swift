@@ -1,0 +1,97 @@
+import CShim
+import Glibc
+import RoomcastCore
+import RoomcastIO
+
+// Lifecycle.swift owns the daemon's own life after start: the signals it
+// takes through the signalfd, reload (SIGHUP) and the graceful stop
+// (SIGTERM, SIGINT). A reload changes settings, never connections; a stop
+// closes the listeners and drains every connection.
+
+extension Server {
+    func readSignals() {
+        while true {
+            let sig = signalFD >= 0 ? cshim_read_signal(signalFD) : 0
+            if sig <= 0 { return }
+            switch sig {
+            case SIGHUP: reload()
+            case SIGTERM, SIGINT: beginStop(signal: sig)
+            default: break
+            }
+        }
+    }
+
+    /// SIGHUP: re-read the config file. Timeouts, limits, echo, validation and
+    /// the log level apply at once to connected clients; listen addresses,
+    /// the byte order and the log target need a restart (`Config.reloadPlan`);
+    /// an invalid file keeps the old config (sd_notify(3): RELOADING=1, then READY=1).
+    func reload() {
+        systemd.notify("RELOADING=1\nMONOTONIC_USEC=\(Sys.monotonicUsec())")
+        guard let path = options.configPath else {
+            logger.notice("SIGHUP: no config file to reload (started without --config)")
+            systemd.notify("READY=1")
+            return
+        }
+        let new: Config
+        do {
+            new = try Config.load(path: path)
+        } catch {
+            logger.error("reload failed, keeping the running configuration: \(error)", ["REASON": "reload_failed", "DETAIL": error.description, "CONFIG_FILE": path])
+            systemd.notify("READY=1\nSTATUS=reload failed: \(error.description); " + status.statusLine(nowMs: clock(), figures))
+            return
+        }
+        let plan = config.reloadPlan(to: new, listenOverridden: !options.listenOverride.isEmpty, socketActivated: !systemd.listenFDs.isEmpty)
+        for key in plan.needRestart {
+            logger.warning("\(key) changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
+        }
+        let now = clock()
+        let old = config
+        config = plan.applied
+        relay.reconfigure(RelaySettings(config))
+        table.fanout.relaySettings = relay.settings
+        table.fanout.outputHardBytes = config.limits.outputHardBytes
+        table.fanout.jsonMaxFrameBytes = config.json.maxFrameBytes
+        table.countPerIP = config.server.maxClientsPerIP > 0
+        heartbeats.reconfigure(config, nowMs: now)
+        if config.limits != old.limits {
+            for id in table.ids { resetRateLimits(id, now: now) }
+        }
+        logger.level = config.log.level
+        if config.log.statsIntervalMs != old.log.statsIntervalMs { status.setStatsInterval(config.log.statsIntervalMs, nowMs: now) }
+        if config.server.maxClients != old.server.maxClients { checkDescriptorLimit() }
+        logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])
+        systemd.notify("READY=1\nSTATUS=" + status.statusLine(nowMs: now, figures))
+    }
+
+    /// SIGTERM/SIGINT: STOPPING=1, stop accepting and reading, flush what
+    /// every client is owed (up to `drainTimeoutMs`), close, exit 0.
+    func beginStop(signal: Int32) {
+        guard !stopping else { return }
+        stopping = true
+        let now = clock()
+        stopDeadlineMs = now + Self.drainTimeoutMs
+        systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client"))")
+        logger.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"), stopping: flushing \(plural(table.count, "client"))")
+        closeListeners()
+        for id in table.ids where table.isOpen(id) {
+            // Everybody is leaving: no synthesized leaves to a room about to close.
+            relay.forget(id)
+            if table.fanout.outboxes[id].pending == 0 {
+                table.close(id, "daemon stopping")
+            } else {
+                startDraining(id, now: now)
+            }
+        }
+    }
+
+    /// After the last iteration: whatever still drains is closed, silently.
+    func finishStop() {
+        for id in table.ids {
+            relay.forget(id)
+            release(id)
+        }
+        table.closeList.removeAll()
+        logger.flushSuppressed(nowMs: clock(), final: true)
+        logger.info("stopped")
+    }
+}

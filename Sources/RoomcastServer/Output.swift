@@ -1,0 +1,133 @@
+import CShim
+import RoomcastCore
+import RoomcastIO
+
+// Output.swift owns the write side of a connection: the one send(2) per
+// connection per loop iteration, write interest (EPOLLOUT armed only while
+// the kernel refuses bytes), the slow-consumer rule and the sweep of idle
+// output buffers. It never reads, and never decides anything about rooms.
+
+extension Server {
+    /// Output buffer capacity a drained connection keeps, in bytes.
+    static let retainedOutputBytes = 16 * 1024
+    /// How often drained output buffers of connections that got nothing
+    /// since the last sweep are freed, in ms.
+    static let bufferSweepMs: UInt64 = 1_000
+    /// Freed output buffer bytes after which a sweep calls malloc_trim(3).
+    static let trimAfterFreedBytes = 1 << 20
+
+    /// Writes what `id` is owed; arms EPOLLOUT only when the kernel refused
+    /// bytes, disarms it when the queue drains. A draining connection that
+    /// is done is closed.
+    func flush(_ id: Int, now: UInt64) {
+        let fanout = table.fanout
+        guard let state = table.state(id), state != .closing else { return }
+        fanout.outboxes[id].queued = false
+        guard fanout.outboxes[id].pending > 0 else { return }
+        let fd = fanout.outboxes[id].fd
+        var failed: Int32 = 0
+        var pending = fanout.outboxes[id].pending
+        while pending > 0 {
+            let r = fanout.outboxes[id].queue.withReadableBytes { Sys.send(fd, $0.baseAddress!, $0.count) }
+            guard case .done(let n) = r else {
+                if case .failed(let e) = r { failed = e }
+                break
+            }
+            // A drained queue keeps a small buffer for the next iteration (no
+            // malloc per broadcast in steady state) and gives large ones back.
+            fanout.outboxes[id].queue.consume(n, keepCapacity: Self.retainedOutputBytes)
+            pending -= n
+        }
+        if failed != 0 {
+            table.close(id, SystemError("send", errno: failed).description)
+            return
+        }
+        if pending == 0 {
+            fanout.retainDrainedBuffer(id)
+            table.slots[id]!.softSinceMs = nil
+            if state == .draining {
+                table.close(id, stopping ? "daemon stopping" : "closed by peer")
+            } else {
+                setWriteInterest(id, false)
+            }
+            return
+        }
+        setWriteInterest(id, true)
+        if pending <= config.limits.outputSoftBytes {
+            table.slots[id]!.softSinceMs = nil
+        } else if table.slots[id]!.softSinceMs == nil {
+            table.slots[id]!.softSinceMs = now
+            overSoft.append(id)
+        }
+    }
+
+    /// Watches `id` for writability (only while output is refused) and,
+    /// while open, for input. A no-op when nothing changes.
+    func setWriteInterest(_ id: Int, _ on: Bool) {
+        guard let r = table.slots[id]?.registration else { return }
+        do {
+            try selector.setInterest(r, readable: table.isOpen(id), writable: on)
+        } catch {
+            table.close(id, error.description)
+        }
+    }
+
+    /// Reaps connections marked for close and flushes queued output, until
+    /// neither produces more work (a reap may queue leave frames; a failed
+    /// write may mark another close). Terminates: connections only go away.
+    /// Then logs the frames skipped for their size.
+    func reapAndFlush(now: UInt64) {
+        let fanout = table.fanout
+        while !table.closeList.isEmpty || !fanout.flushList.isEmpty {
+            while let id = table.closeList.popLast() { reap(id) }
+            let list = fanout.flushList
+            fanout.flushList.removeAll(keepingCapacity: true)
+            for id in list { flush(id, now: now) }
+        }
+        for skip in fanout.skips {
+            switch skip.kind {
+            case .overOutputLimit:
+                logger.peerWarning(reason: "frame_over_output_limit", nowMs: now,
+                                   "\(skip.address): a \(skip.bytes)-byte frame (as this client's dialect encodes it) exceeds "
+                                   + "output_hard_bytes (\(formatSize(config.limits.outputHardBytes))) on its own; not delivered to this client",
+                                   ["CLIENT_ADDR": skip.address, "LENGTH": String(skip.bytes)])
+            case .overJSONLimit:
+                logger.peerWarning(reason: "frame_over_json_limit", nowMs: now,
+                                   "\(skip.address): a frame whose JSON form is \(skip.bytes) bytes, over json.max_frame_bytes "
+                                   + "(\(formatSize(config.json.maxFrameBytes))), was not delivered to JSON clients",
+                                   ["CLIENT_ADDR": skip.address, "LENGTH": String(skip.bytes)])
+            }
+        }
+        fanout.skips.removeAll()
+    }
+
+    /// docs/protocol.md §6: above `output_soft_bytes` for
+    /// `output_soft_seconds`, a connection is closed.
+    func checkSoftLimits(now: UInt64) {
+        let soft = config.limits.outputSoftBytes
+        let window = config.limits.outputSoftMs
+        overSoft.removeAll { id in
+            guard let state = table.state(id), state != .closing, let since = table.slots[id]!.softSinceMs else { return true }
+            let pending = table.fanout.outboxes[id].pending
+            if pending <= soft {
+                table.slots[id]!.softSinceMs = nil
+                return true
+            }
+            guard now &- since >= window else { return false }
+            let address = table.address(of: id)
+            logger.peerWarning(reason: "output_soft_limit", nowMs: now,
+                               "\(address): slow consumer, \(pending) bytes pending for \(formatDuration(ms: now - since)); closing",
+                               ["CLIENT_ADDR": address, "ROOM": relay.room(of: id) ?? ""])
+            table.close(id, "slow consumer: output above output_soft_bytes (\(formatSize(soft))) for \(formatDuration(ms: window))")
+            return true
+        }
+    }
+
+    /// After a burst (a reconnect storm's joins, say) hands the freed
+    /// buffers back to the kernel, so idle connections cost no RSS.
+    func sweepIdleBuffersIfDue(now: UInt64) {
+        guard now >= nextSweepMs else { return }
+        if table.fanout.sweepIdleBuffers() >= Self.trimAfterFreedBytes { _ = cshim_malloc_trim() }
+        nextSweepMs = now + Self.bufferSweepMs
+    }
+}
