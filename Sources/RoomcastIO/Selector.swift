@@ -34,6 +34,16 @@ package struct Registration: Hashable, Sendable {
     @usableFromInline var token: UInt64 { UInt64(generation) << 32 | UInt64(slot) }
 }
 
+/// One slot of a `Selector`'s registry.
+@usableFromInline struct SelectorEntry {
+    @usableFromInline var fd: Int32 = -1
+    @usableFromInline var generation: UInt32 = 0
+    @usableFromInline var live = false
+    @usableFromInline var readable = false
+    @usableFromInline var writable = false
+    @usableFromInline init() {}
+}
+
 /// A level-triggered epoll(7) selector with its own registry: each
 /// registered descriptor carries a `Target` chosen by the caller (what the
 /// descriptor is to it: a connection id, a listener, a handler), and
@@ -45,18 +55,14 @@ package struct Registration: Hashable, Sendable {
 /// matches. The selector also remembers each registration's interest, so
 /// asking for the interest it already has costs no epoll_ctl(2).
 package final class Selector<Target> {
-    @usableFromInline struct Entry {
-        @usableFromInline var fd: Int32 = -1
-        @usableFromInline var generation: UInt32 = 0
-        @usableFromInline var target: Target?
-        @usableFromInline var readable = false
-        @usableFromInline var writable = false
-        @usableFromInline init() {}
-    }
-
-    private let epfd: Int32
+    @usableFromInline let epfd: Int32
     @usableFromInline var events: [epoll_event]
-    @usableFromInline var entries: [Entry] = []
+    /// Per slot: the descriptor, generation and interest. Not generic, so
+    /// the output path's interest checks need no generic metadata even when
+    /// the compiler does not specialize them.
+    @usableFromInline var entries: [SelectorEntry] = []
+    /// Per slot: the caller's target (nil: free).
+    @usableFromInline var targets: [Target?] = []
     private var freeSlots: [UInt32] = []
 
     /// - Parameter capacity: events returned per `wait` at most.
@@ -71,7 +77,8 @@ package final class Selector<Target> {
     /// Registrations in use.
     package var count: Int { entries.count - freeSlots.count }
 
-    private func control(_ op: Int32, _ name: StaticString, _ r: Registration, fd: Int32, readable: Bool, writable: Bool) throws(SystemError) {
+    @usableFromInline
+    func control(_ op: Int32, _ name: StaticString, _ r: Registration, fd: Int32, readable: Bool, writable: Bool) throws(SystemError) {
         var ev = epoll_event(events: (readable ? EPOLLIN.rawValue : 0) | (writable ? EPOLLOUT.rawValue : 0),
                              data: epoll_data_t(u64: r.token))
         _ = try Sys.blocking("\(name)") { epoll_ctl(epfd, op, fd, &ev) }
@@ -86,7 +93,8 @@ package final class Selector<Target> {
             slot = free
         } else {
             slot = UInt32(entries.count)
-            entries.append(Entry())
+            entries.append(SelectorEntry())
+            targets.append(nil)
         }
         let r = Registration(slot: slot, generation: entries[Int(slot)].generation)
         do {
@@ -96,7 +104,8 @@ package final class Selector<Target> {
             throw error
         }
         entries[Int(slot)].fd = fd
-        entries[Int(slot)].target = target
+        entries[Int(slot)].live = true
+        targets[Int(slot)] = target
         entries[Int(slot)].readable = readable
         entries[Int(slot)].writable = writable
         return r
@@ -105,16 +114,18 @@ package final class Selector<Target> {
     /// Whether `r` is still registered.
     @inlinable
     package func isLive(_ r: Registration) -> Bool {
-        Int(r.slot) < entries.count && entries[Int(r.slot)].generation == r.generation && entries[Int(r.slot)].target != nil
+        Int(r.slot) < entries.count && entries[Int(r.slot)].generation == r.generation && entries[Int(r.slot)].live
     }
 
     /// Whether `r` is watched for writability (false when stale).
+    @inlinable
     package func wantsWritable(_ r: Registration) -> Bool {
         isLive(r) && entries[Int(r.slot)].writable
     }
 
     /// Changes what `r` is watched for; a no-op when it is stale or already so.
     /// - Throws: `SystemError` from epoll_ctl(2).
+    @inlinable
     package func setInterest(_ r: Registration, readable: Bool, writable: Bool) throws(SystemError) {
         guard isLive(r) else { return }
         let e = entries[Int(r.slot)]
@@ -131,14 +142,15 @@ package final class Selector<Target> {
         var ev = epoll_event()
         // ENOENT/EPERM cannot happen for a live registration; nothing to do on error.
         _ = try? Sys.call("epoll_ctl(DEL)") { epoll_ctl(epfd, EPOLL_CTL_DEL, entries[Int(r.slot)].fd, &ev) }
-        entries[Int(r.slot)] = Entry()
+        entries[Int(r.slot)] = SelectorEntry()
         entries[Int(r.slot)].generation = r.generation &+ 1
+        targets[Int(r.slot)] = nil
         freeSlots.append(r.slot)
     }
 
     /// Drops every registration (their descriptors are not closed).
     package func deregisterAll() {
-        for slot in entries.indices where entries[slot].target != nil {
+        for slot in entries.indices where entries[slot].live {
             deregister(Registration(slot: UInt32(slot), generation: entries[slot].generation))
         }
     }
@@ -149,14 +161,14 @@ package final class Selector<Target> {
     @inlinable
     package func wait(timeoutMs: Int32, _ handler: (Target, Readiness) -> Void) throws(SystemError) {
         let n = try Sys.blocking("epoll_wait") {
-            events.withUnsafeMutableBufferPointer { epoll_wait(epfdForWait, $0.baseAddress, Int32($0.count), timeoutMs) }
+            events.withUnsafeMutableBufferPointer { epoll_wait(epfd, $0.baseAddress, Int32($0.count), timeoutMs) }
         }
         for i in 0..<Int(n) {
             let ev = events[i]
             let token = ev.data.u64
             let slot = Int(token & 0xFFFF_FFFF)
             guard slot < entries.count, entries[slot].generation == UInt32(token >> 32),
-                  let target = entries[slot].target else { continue }  // stale: deregistered earlier in this batch
+                  let target = targets[slot] else { continue }  // stale: deregistered earlier in this batch
             var r: Readiness = []
             if ev.events & EPOLLIN.rawValue != 0 { r.insert(.readable) }
             if ev.events & EPOLLOUT.rawValue != 0 { r.insert(.writable) }
@@ -164,6 +176,4 @@ package final class Selector<Target> {
             handler(target, r)
         }
     }
-
-    @usableFromInline var epfdForWait: Int32 { epfd }
 }

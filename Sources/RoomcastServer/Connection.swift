@@ -53,7 +53,8 @@ struct CloseReason: Equatable {
 /// those by connection id).
 struct Connection {
     let fd: Int32
-    /// Its place in the selector; nil only between accept and registration.
+    /// Its place in the selector; nil only between accept and registration
+    /// (`Outbox.registration` holds the same, for the output path).
     var registration: Registration?
     let dialect: Dialect
     /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
@@ -66,8 +67,6 @@ struct Connection {
     /// A partial frame carried over between reads (grows with bytes
     /// received, never with the length a header claims).
     var input: [UInt8] = []
-    /// When the pending output first went above `output_soft_bytes`.
-    var softSinceMs: UInt64?
     /// While draining: when the flush of owed output gives up, in ms.
     var drainDeadlineMs: UInt64 = 0
     /// Set with the move to `.closing`.

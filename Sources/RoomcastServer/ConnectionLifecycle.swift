@@ -20,7 +20,9 @@ extension Server {
     func open(fd: Int32, dialect: Dialect, address: String, now: UInt64) -> Int? {
         let id = table.add(fd: fd, dialect: dialect, address: address)
         do {
-            table.slots[id]!.registration = try selector.register(fd, .connection(id))
+            let registration = try selector.register(fd, .connection(id))
+            table.slots[id]!.registration = registration
+            table.fanout.outboxes[id].registration = registration
         } catch {
             logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": "epoll_failed", "DETAIL": error.description])
             Sys.close(fd)

@@ -7,6 +7,8 @@ import RoomcastIO
 struct Outbox {
     /// The connection's socket (for direct writes of large frames).
     var fd: Int32 = -1
+    /// Its place in the selector, for write interest.
+    var registration: Registration?
     /// Bytes owed to the peer.
     var queue = OutputQueue()
     /// The connection's state (written only by `ConnectionTable.transition`);
@@ -20,6 +22,8 @@ struct Outbox {
     var recent = false
     /// In the list of connections holding a drained output buffer.
     var retained = false
+    /// When the pending output first went above `output_soft_bytes` (nil: not above).
+    var softSinceMs: UInt64?
 
     /// Bytes queued and not yet written.
     var pending: Int { queue.count }
@@ -156,6 +160,38 @@ final class Fanout: FrameSink {
         for (m, e) in failed { table?.close(m, SystemError("send", errno: e).description) }
         deliveries &+= UInt64(count)
         return count
+    }
+
+    /// What one flush did.
+    enum Written {
+        /// Everything owed was written.
+        case all
+        /// The kernel refused the rest: `pending` bytes are still owed.
+        case partial(pending: Int)
+        /// send(2) failed with this errno.
+        case failed(Int32)
+    }
+
+    /// Writes what `id` is owed with as few send(2) calls as the kernel
+    /// allows (one, when it takes everything), under one exclusive access.
+    /// A drained queue keeps a small buffer for the next iteration (no
+    /// malloc per broadcast in steady state), and is noted for the sweep.
+    func write(_ id: Int, keepCapacity: Int) -> Written {
+        let written: Written = outboxes.withUnsafeMutableBufferPointer { boxes in
+            boxes[id].queued = false
+            let fd = boxes[id].fd
+            while boxes[id].pending > 0 {
+                let r = boxes[id].queue.withReadableBytes { Sys.send(fd, $0.baseAddress!, $0.count) }
+                switch r {
+                case .done(let n): boxes[id].queue.consume(n, keepCapacity: keepCapacity)
+                case .failed(let e): return .failed(e)
+                case .wouldBlock, .endOfFile: return .partial(pending: boxes[id].pending)
+                }
+            }
+            return .all
+        }
+        if case .all = written { retainDrainedBuffer(id) }
+        return written
     }
 
     /// Notes that `id` drained its output and kept the buffer for the next

@@ -21,50 +21,35 @@ extension Server {
     /// is done is closed.
     func flush(_ id: Int, now: UInt64) {
         let fanout = table.fanout
-        guard let state = table.state(id), state != .closing else { return }
-        fanout.outboxes[id].queued = false
-        guard fanout.outboxes[id].pending > 0 else { return }
-        let fd = fanout.outboxes[id].fd
-        var failed: Int32 = 0
-        var pending = fanout.outboxes[id].pending
-        while pending > 0 {
-            let r = fanout.outboxes[id].queue.withReadableBytes { Sys.send(fd, $0.baseAddress!, $0.count) }
-            guard case .done(let n) = r else {
-                if case .failed(let e) = r { failed = e }
-                break
-            }
-            // A drained queue keeps a small buffer for the next iteration (no
-            // malloc per broadcast in steady state) and gives large ones back.
-            fanout.outboxes[id].queue.consume(n, keepCapacity: Self.retainedOutputBytes)
-            pending -= n
-        }
-        if failed != 0 {
-            table.close(id, SystemError("send", errno: failed).description)
+        guard let state = table.state(id), state != .closing, fanout.outboxes[id].pending > 0 else {
+            if id < fanout.outboxes.count { fanout.outboxes[id].queued = false }
             return
         }
-        if pending == 0 {
-            fanout.retainDrainedBuffer(id)
-            table.slots[id]!.softSinceMs = nil
+        switch fanout.write(id, keepCapacity: Self.retainedOutputBytes) {
+        case .failed(let e):
+            table.close(id, SystemError("send", errno: e).description)
+        case .all:
+            fanout.outboxes[id].softSinceMs = nil
             if state == .draining {
                 table.close(id, stopping ? "daemon stopping" : "closed by peer")
             } else {
                 setWriteInterest(id, false)
             }
-            return
-        }
-        setWriteInterest(id, true)
-        if pending <= config.limits.outputSoftBytes {
-            table.slots[id]!.softSinceMs = nil
-        } else if table.slots[id]!.softSinceMs == nil {
-            table.slots[id]!.softSinceMs = now
-            overSoft.append(id)
+        case .partial(let pending):
+            setWriteInterest(id, true)
+            if pending <= config.limits.outputSoftBytes {
+                fanout.outboxes[id].softSinceMs = nil
+            } else if fanout.outboxes[id].softSinceMs == nil {
+                fanout.outboxes[id].softSinceMs = now
+                overSoft.append(id)
+            }
         }
     }
 
     /// Watches `id` for writability (only while output is refused) and,
-    /// while open, for input. A no-op when nothing changes.
+    /// while open, for input. Costs no system call when nothing changes.
     func setWriteInterest(_ id: Int, _ on: Bool) {
-        guard let r = table.slots[id]?.registration else { return }
+        guard let r = table.fanout.outboxes[id].registration else { return }
         do {
             try selector.setInterest(r, readable: table.isOpen(id), writable: on)
         } catch {
@@ -107,10 +92,10 @@ extension Server {
         let soft = config.limits.outputSoftBytes
         let window = config.limits.outputSoftMs
         overSoft.removeAll { id in
-            guard let state = table.state(id), state != .closing, let since = table.slots[id]!.softSinceMs else { return true }
+            guard let state = table.state(id), state != .closing, let since = table.fanout.outboxes[id].softSinceMs else { return true }
             let pending = table.fanout.outboxes[id].pending
             if pending <= soft {
-                table.slots[id]!.softSinceMs = nil
+                table.fanout.outboxes[id].softSinceMs = nil
                 return true
             }
             guard now &- since >= window else { return false }
