@@ -2,10 +2,6 @@
 // (INI syntax, see INI.swift) and validation. The shipped, commented file is
 // config/roomcastd.conf; a test keeps it in sync with `Config.knownKeys`.
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 // MARK: - Errors
 
 /// A configuration problem, located as precisely as possible.
@@ -51,7 +47,7 @@ public struct ListenAddress: Equatable, Hashable, Sendable, CustomStringConverti
     }
 
     /// Parses `1.2.3.4:PORT` or `[IPv6]:PORT` (e.g. `[::1]:9898`, `[::]:0`),
-    /// port 0...65535 in decimal. The address is checked with `inet_pton(3)`
+    /// port 0...65535 in decimal. The address is checked as `inet_pton(3)` would
     /// and stored canonicalised. Returns nil for anything else, including
     /// host names, an IPv6 address without brackets and IPv6 zone ids.
     public static func parse(_ s: String) -> ListenAddress? {
@@ -106,17 +102,9 @@ public func splitHostPort(_ s: String) -> (host: Substring, port: UInt16, bracke
     return (host, UInt16(port), bracketed)
 }
 
-/// Validates a numeric address with inet_pton and returns inet_ntop's form.
+/// Validates a numeric address and returns the form inet_ntop(3) prints.
 private func canonicalAddress(_ host: String, v6: Bool) -> String? {
-    guard !host.isEmpty, !host.utf8.contains(0) else { return nil }
-    var storage = (UInt64(0), UInt64(0))  // 16 bytes, enough for in6_addr
-    return withUnsafeMutableBytes(of: &storage) { raw -> String? in
-        let family = v6 ? AF_INET6 : AF_INET
-        guard inet_pton(family, host, raw.baseAddress) == 1 else { return nil }
-        var out = [CChar](repeating: 0, count: 64)
-        guard inet_ntop(family, raw.baseAddress, &out, socklen_t(out.count)) != nil else { return nil }
-        return String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
+    IPAddressText.canonical(host, ipv6: v6)
 }
 
 // MARK: - Log settings
