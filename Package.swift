@@ -21,11 +21,13 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
-        // Pure logic, standard library only: frame codec, proto2, timing wheel,
-        // config, relay policy. No clock, no sockets (only Config.load reads a file).
+        // Pure logic, standard library only (no imports): frame codec, proto2,
+        // timing wheel, config parsing, relay policy, output queue. No clock,
+        // no sockets, no files (RoomcastServer's Config.load reads the file).
         .target(name: "RoomcastCore"),
-        // The kernel interfaces the daemon and the client share: the epoll
-        // selector and the syscall helpers. Knows nothing of frames or rooms.
+        // The kernel interfaces the daemon and the client share: the syscall
+        // helper, the epoll selector and its registry, socket addresses.
+        // Knows nothing of frames or rooms.
         .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd"]),
