@@ -107,6 +107,11 @@ extension Server {
             }
         }
         guard table.isOpen(id) else { return }
+        // A partial frame: its sender may be waiting for our ACK before it
+        // sends the rest (Nagle's algorithm, with a header and a body in two
+        // writes), and a delayed ACK would hold it about 40 ms. Acknowledge
+        // now (TCP_QUICKACK is not permanent, tcp(7): set it each time).
+        if !input.isEmpty { Socket.acknowledgeNow(table.slots[id]!.fd) }
         if dialect == .json {
             heartbeats.jsonInput(id, partial: !input.isEmpty, startedNow: !wasPartial || completed, nowMs: now)
         }

@@ -51,6 +51,12 @@ enum Socket {
         if dialect == .json { enableKeepalive(fd, idleMs: config.json.tcpKeepaliveMs) }
     }
 
+    /// Sends the ACK of what was received without waiting for the delayed-ACK
+    /// timer (TCP_QUICKACK, tcp(7)); a no-op on a socket that is not TCP.
+    static func acknowledgeNow(_ fd: Int32) {
+        Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, 1)
+    }
+
     /// Turns on TCP keepalive: probes after `idleMs` of silence, every third
     /// of that, three unanswered probes drop the connection (tcp(7)).
     /// 0 leaves keepalive off.

@@ -146,6 +146,14 @@ final class TestClient {
 
     deinit { if fd >= 0 { close(fd) } }
 
+    /// TCP_NODELAY on or off (on by default). Off, like a phone client that
+    /// never set it: Nagle's algorithm holds a second small write until the
+    /// first is acknowledged (tcp(7)).
+    func setNoDelay(_ on: Bool) {
+        var value: Int32 = on ? 1 : 0
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &value, socklen_t(MemoryLayout<Int32>.size))
+    }
+
     /// Sends EOF (shutdown of the write side); the socket stays readable.
     func hangUp() { shutdown(fd, Int32(SHUT_WR)) }
 
