@@ -30,8 +30,8 @@ SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
-# pages.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc
+# pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace.
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 
@@ -69,7 +69,9 @@ deps:
 	    || ! command -v systemd-analyze >/dev/null \
 	    || ! command -v python3 >/dev/null \
 	    || ! command -v scdoc >/dev/null \
-	    || ! command -v mandoc >/dev/null; then \
+	    || ! command -v mandoc >/dev/null \
+	    || ! command -v ip >/dev/null \
+	    || ! command -v unshare >/dev/null; then \
 	    echo "deps: installing $(DEB_PACKAGES)"; \
 	    $(SUDO) apt-get update -q; \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES); \

@@ -45,10 +45,19 @@ enum Socket {
     /// frames, a bounded kernel send buffer, and TCP keepalive for JSON
     /// clients (they send no heartbeats, `json.tcp_keepalive`). Options are
     /// best effort: a socket that refuses one still works.
+    ///
+    /// A peer whose network vanishes (no FIN, no RST) is found within about
+    /// its liveness time even while its room talks: keepalive probes are
+    /// never sent while data is unacknowledged, so TCP_USER_TIMEOUT (tcp(7))
+    /// bounds how long sent data may stay unacknowledged: `json.tcp_keepalive`
+    /// for JSON clients, `heartbeat.timeout` for LTB clients (0: the
+    /// kernel's default, about 15 minutes of retransmissions).
     static func configureClient(_ fd: Int32, dialect: Dialect, config: Config) {
         Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
         Sys.setOption(fd, SOL_SOCKET, SO_SNDBUF, clientSendBuffer)
-        if dialect == .json { enableKeepalive(fd, idleMs: config.json.tcpKeepaliveMs) }
+        let liveness = dialect == .json ? config.json.tcpKeepaliveMs : config.heartbeat.timeoutMs
+        if dialect == .json { enableKeepalive(fd, idleMs: liveness) }
+        if liveness > 0 { Sys.setOption(fd, Int32(IPPROTO_TCP), TCP_USER_TIMEOUT, Int32(clamping: liveness)) }
     }
 
     /// Sends the ACK of what was received without waiting for the delayed-ACK
