@@ -99,6 +99,11 @@ final class Engine {
     private(set) var pongs: UInt64 = 0
     private(set) var serverErrors: UInt64 = 0
     private(set) var bytesIn: UInt64 = 0
+    /// Next sequence number each member expects from each publisher
+    /// ([member id * publishers + publisher]).
+    private let nextExpected: UnsafeMutablePointer<UInt64>
+    /// Data frames that arrived out of order, twice, after a gap, or from no publisher.
+    private(set) var orderErrors: UInt64 = 0
 
     // Heartbeats.
     private var heartbeatStartNs: UInt64 = 0
@@ -115,7 +120,7 @@ final class Engine {
         precondition(epfd >= 0, "epoll_create1 failed")
         conns = .allocate(capacity: max(1, capacity))
         conns.initialize(repeating: Conn(), count: max(1, capacity))
-        scratchCap = max(256 * 1024, 4 * (o.size + 256))
+        scratchCap = max(o.readSize, 4 * (o.size + 256)) + o.size + 256
         scratch = .allocate(byteCount: scratchCap, alignment: 16)
         events = .allocate(capacity: eventCap)
         events.initialize(repeating: epoll_event(), count: eventCap)
@@ -125,6 +130,8 @@ final class Engine {
         nextSeq = .allocate(capacity: p); nextSeq.initialize(repeating: 0, count: p)
         oldest = .allocate(capacity: p); oldest.initialize(repeating: 0, count: p)
         ring = .allocate(capacity: p * ringSize); ring.initialize(repeating: 0, count: p * ringSize)
+        let members = o.publishers > 0 ? max(1, capacity) * p : 1
+        nextExpected = .allocate(capacity: members); nextExpected.initialize(repeating: 0, count: members)
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = o.port.bigEndian
         guard inet_pton(AF_INET, o.host, &address.sin_addr) == 1 else { fatal("bad IPv4 address '\(o.host)'") }
@@ -179,6 +186,11 @@ final class Engine {
         guard fd >= 0 else { fatal("socket: \(String(cString: strerror(errno))) (\(count) connections)") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        if o.receiveBuffer > 0 {
+            // Before connect(2): the window scale is agreed in the handshake.
+            var size = Int32(clamping: o.receiveBuffer)
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         let rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -384,7 +396,8 @@ final class Engine {
         let keep = c.pointee.carryLen
         if keep > 0 { scratch.copyMemory(from: c.pointee.carry!, byteCount: keep) }
         var n: Int
-        repeat { n = read(c.pointee.fd, scratch + keep, scratchCap - keep) } while n < 0 && errno == EINTR
+        let ask = min(o.readSize, scratchCap - keep)
+        repeat { n = read(c.pointee.fd, scratch + keep, ask) } while n < 0 && errno == EINTR
         if n <= 0 {
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
             serverClosed(id, n == 0 ? "end of file" : "read: \(String(cString: strerror(errno)))")
@@ -426,7 +439,7 @@ final class Engine {
             let body = off + 6
             if type == dataType {
                 if role == .member {
-                    deliverPayload(UnsafeRawPointer(scratch + body + payloadOffset), binary: binary, now: now)
+                    deliverPayload(id, UnsafeRawPointer(scratch + body + payloadOffset), binary: binary, now: now)
                 } else {
                     publisherReceipts &+= 1
                 }
@@ -443,13 +456,13 @@ final class Engine {
     /// Records one data frame's payload (publisher, sequence, send time),
     /// binary or hex as the body format says; the same for LTB and RESP.
     @inline(__always)
-    private func deliverPayload(_ p: UnsafeRawPointer, binary: Bool, now: UInt64) {
+    private func deliverPayload(_ id: Int, _ p: UnsafeRawPointer, binary: Bool, now: UInt64) {
         if binary {
-            deliver(Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
+            deliver(id, Int(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))),
                     UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt64.self)),
                     UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 12, as: UInt64.self)), now: now)
         } else {
-            deliver(Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
+            deliver(id, Int(loadHex(p, digits: 8)), loadHex(p + 8, digits: 16), loadHex(p + 24, digits: 16), now: now)
         }
     }
 
@@ -486,7 +499,7 @@ final class Engine {
                 off = at
                 if kindLen == 7 && base.load(fromByteOffset: kindStart, as: UInt8.self) == UInt8(ascii: "m") {
                     if role == .member, lastLen >= payloadOffset + (binary ? Wire.binaryPayloadSize : Wire.hexPayloadSize) {
-                        deliverPayload(base + lastStart + payloadOffset, binary: binary, now: now)
+                        deliverPayload(id, base + lastStart + payloadOffset, binary: binary, now: now)
                     } else {
                         publisherReceipts &+= 1
                     }
@@ -545,8 +558,17 @@ final class Engine {
     }
 
     @inline(__always)
-    private func deliver(_ pub: Int, _ seq: UInt64, _ sentNs: UInt64, now: UInt64) {
+    private func deliver(_ member: Int, _ pub: Int, _ seq: UInt64, _ sentNs: UInt64, now: UInt64) {
         deliveries &+= 1
+        // Per-sender order (PROTOCOL.md §4): each member must see each
+        // publisher's sequence numbers 0, 1, 2... with no gap, repeat or swap.
+        if pub >= 0 && pub < o.publishers {
+            let k = member * o.publishers + pub
+            if nextExpected[k] != seq { orderErrors &+= 1 }
+            nextExpected[k] = seq &+ 1
+        } else {
+            orderErrors &+= 1
+        }
         if measuring {
             measuredDeliveries &+= 1
             let lat = now &- sentNs

@@ -66,6 +66,10 @@ struct Options {
     var setupTimeout = 240.0
     var label: String?
     var maxFrameBytes = 1 << 20
+    /// SO_RCVBUF of every connection in bytes (0: the kernel's autotuning).
+    var receiveBuffer = 0
+    /// Bytes asked of one read(2) (at most the scratch buffer).
+    var readSize = 256 * 1024
 
     var closedLoop: Bool { rate == nil }
 
@@ -102,6 +106,8 @@ struct Options {
           --storm-inflight N    storm: connects in progress at once (default 0 = all)
           --setup-timeout S     give up if set-up takes longer (default 240)
           --echo yes|no         whether the daemon echoes to the sender (default no, as the bench config)
+          --rcvbuf B            SO_RCVBUF of every connection, bytes (default 0: kernel autotuning)
+          --read-size B         bytes asked of one read(2) (default 262144)
 
         Target:
           --target roomcast|redis   (default roomcast)
@@ -197,6 +203,8 @@ struct Options {
                 let v = try value()
                 guard v == "yes" || v == "no" else { throw UsageError(message: "--echo takes yes or no") }
                 o.echo = v == "yes"
+            case "--rcvbuf": o.receiveBuffer = try int(0, 1 << 30)
+            case "--read-size": o.readSize = try int(64, 1 << 24)
             case "--server-pid": o.serverPid = Int32(try int(1, Int(Int32.max)))
             case "--json": o.json = true
             case "--label": o.label = try value()

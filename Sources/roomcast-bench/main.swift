@@ -191,6 +191,8 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     r.add("expected", "expected deliveries (all)", .int(Int(expected)))
     r.add("delivered", "delivered (all)", .int(Int(engine.deliveries)))
     r.add("loss", "loss (expected - delivered)", .int(Int(expected) - Int(engine.deliveries)))
+    r.add("order_errors", "frames out of per-sender order", .int(Int(engine.orderErrors)))
+    r.add("other_frames", "other frames at members/publishers", .int(Int(engine.otherFrames)))
     if o.rate != nil { r.add("max_send_lag_us", "generator send lag max", .double(Double(engine.maxSendLagNs) / 1000, digits: 0), "us") }
     r.add("gen_max_turn_us", "generator longest loop turn", .double(Double(engine.maxTurnNs) / 1000, digits: 0), "us")
     let genCPU = 100 * (self1 - self0) / secs
