@@ -99,6 +99,10 @@ final class Engine {
     private(set) var pongs: UInt64 = 0
     private(set) var serverErrors: UInt64 = 0
     private(set) var bytesIn: UInt64 = 0
+    /// read(2) calls that returned data, and their bytes, while measuring:
+    /// how the server's writes reach the generator (many small ones cost it more).
+    private(set) var measuredReads: UInt64 = 0
+    private(set) var measuredBytesIn: UInt64 = 0
     /// Next sequence number each member expects from each publisher
     /// ([member id * publishers + publisher]).
     private let nextExpected: UnsafeMutablePointer<UInt64>
@@ -404,6 +408,7 @@ final class Engine {
             return
         }
         bytesIn &+= UInt64(n)
+        if measuring { measuredReads &+= 1; measuredBytesIn &+= UInt64(n) }
         let have = keep + n
         let now = monotonicNs()
         let used: Int

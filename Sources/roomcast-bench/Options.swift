@@ -11,6 +11,8 @@ enum Mode: String, CaseIterable {
     case custom
     /// 1 publisher, 1,000 members, 64-byte bodies, closed loop.
     case fanout
+    /// 10 publishers, 100 members, 64-byte bodies, closed loop.
+    case pub10
     /// 1 publisher at 200 frames/s, 5,000 members: the latency distribution.
     case latency
     /// 16 KiB bodies to 100 members, closed loop.
@@ -65,6 +67,8 @@ struct Options {
     /// Longest set-up (connect + join) before giving up, seconds.
     var setupTimeout = 240.0
     var label: String?
+    /// Name of the server under test in the output (default: the target).
+    var server: String?
     var maxFrameBytes = 1 << 20
     /// SO_RCVBUF of every connection in bytes (0: the kernel's autotuning).
     var receiveBuffer = 0
@@ -82,7 +86,7 @@ struct Options {
         publisher, a sequence number and the CLOCK_MONOTONIC send time.
 
         Workload:
-          --mode M              custom (default), fanout, latency, large, idle, storm:
+          --mode M              custom (default), fanout, pub10, latency, large, idle, storm:
                                 sets the defaults below for that workload of issue 5
           --members N           receiving members of the room (default 100)
           --publishers P        publishers, also in the room (default 1)
@@ -118,6 +122,7 @@ struct Options {
         Output:
           --json                one JSON object instead of the table
           --label TEXT          carried into the output
+          --server NAME         name of the server under test in the output (default: the target)
           -h, --help
         """
 
@@ -208,6 +213,7 @@ struct Options {
             case "--server-pid": o.serverPid = Int32(try int(1, Int(Int32.max)))
             case "--json": o.json = true
             case "--label": o.label = try value()
+            case "--server": o.server = try value()
             default: throw UsageError(message: "unknown option '\(args[i])'")
             }
             i += 1
@@ -236,6 +242,8 @@ struct Options {
             break
         case .fanout:
             members = 1_000; publishers = 1; size = 64; window = 128; rate = nil; duration = 10
+        case .pub10:
+            members = 100; publishers = 10; size = 64; window = 128; rate = nil; duration = 10
         case .latency:
             members = 5_000; publishers = 1; size = 64; rate = 200; duration = 10
         case .large:

@@ -1,12 +1,23 @@
 @preconcurrency import Glibc
 
-/// CPU seconds (user + system) this process has used, from getrusage(2).
-func selfCPUSeconds() -> Double {
+/// CPU seconds a process has used, in user space and in the kernel.
+struct CPUTimes {
+    var user: Double
+    var system: Double
+    var total: Double { user + system }
+    static func - (a: CPUTimes, b: CPUTimes) -> CPUTimes { CPUTimes(user: a.user - b.user, system: a.system - b.system) }
+}
+
+/// This process's CPU times, from getrusage(2).
+func selfCPUTimes() -> CPUTimes {
     var ru = rusage()
     getrusage(RUSAGE_SELF.rawValue, &ru)
-    return Double(ru.ru_utime.tv_sec) + Double(ru.ru_utime.tv_usec) / 1e6
-        + Double(ru.ru_stime.tv_sec) + Double(ru.ru_stime.tv_usec) / 1e6
+    return CPUTimes(user: Double(ru.ru_utime.tv_sec) + Double(ru.ru_utime.tv_usec) / 1e6,
+                    system: Double(ru.ru_stime.tv_sec) + Double(ru.ru_stime.tv_usec) / 1e6)
 }
+
+/// CPU seconds (user + system) this process has used, from getrusage(2).
+func selfCPUSeconds() -> Double { selfCPUTimes().total }
 
 /// Peak RSS of this process in KiB (getrusage ru_maxrss).
 func selfMaxRSSKiB() -> Int {
@@ -44,14 +55,17 @@ struct ProcessProbe {
         return nil
     }
 
-    /// utime + stime in seconds from /proc/PID/stat (fields 14 and 15).
-    func cpuSeconds() -> Double? {
+    /// utime and stime in seconds from /proc/PID/stat (fields 14 and 15).
+    func cpuTimes() -> CPUTimes? {
         guard let s = readProcFile("/proc/\(pid)/stat"), let close = s.lastIndex(of: ")") else { return nil }
         // After "pid (comm)": field 3 (state) is index 0, so utime (14) is index 11.
         let fields = s[s.index(after: close)...].split(separator: " ")
         guard fields.count > 12, let u = Double(fields[11]), let st = Double(fields[12]) else { return nil }
-        return (u + st) / Self.ticksPerSecond
+        return CPUTimes(user: u / Self.ticksPerSecond, system: st / Self.ticksPerSecond)
     }
+
+    /// utime + stime in seconds.
+    func cpuSeconds() -> Double? { cpuTimes()?.total }
 }
 
 /// Raises the soft descriptor limit to the hard one; returns the new soft limit.

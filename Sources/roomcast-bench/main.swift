@@ -72,6 +72,7 @@ for i in 0..<o.connections { engine.add(role: .extra, room: o.roomSize == 0 ? 0 
 
 var r = Report()
 r.add("target", "target", .string(o.target.rawValue))
+r.add("server", "server", .string(o.server ?? o.target.rawValue))
 r.add("mode", "mode", .string(o.mode.rawValue))
 if let label = o.label { r.add("label", "label", .string(label)) }
 let rssBefore = server?.rssKiB()
@@ -135,7 +136,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     if let f = o.frames { engine.framesLimit = UInt64(f) }
     engine.startSending()
     if o.frames == nil { engine.run(seconds: o.warmup) }
-    let self0 = selfCPUSeconds(), cpu0 = server?.cpuSeconds(), t0 = now()
+    let self0 = selfCPUTimes(), cpu0 = server?.cpuTimes(), t0 = now()
     let sent0 = engine.framesSent
     engine.measuring = true
     var stormSeconds: Double?
@@ -158,7 +159,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
         engine.run(seconds: o.duration)
     }
     engine.measuring = false
-    let t1 = now(), self1 = selfCPUSeconds(), cpu1 = server?.cpuSeconds()
+    let t1 = now(), self1 = selfCPUTimes(), cpu1 = server?.cpuTimes()
     let measuredFrames = engine.framesSent - sent0
     engine.sending = false
     let expected = engine.framesSent * UInt64(o.members)
@@ -195,15 +196,29 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     r.add("other_frames", "other frames at members/publishers", .int(Int(engine.otherFrames)))
     if o.rate != nil { r.add("max_send_lag_us", "generator send lag max", .double(Double(engine.maxSendLagNs) / 1000, digits: 0), "us") }
     r.add("gen_max_turn_us", "generator longest loop turn", .double(Double(engine.maxTurnNs) / 1000, digits: 0), "us")
-    let genCPU = 100 * (self1 - self0) / secs
+    let gen = self1 - self0
+    let genCPU = 100 * gen.total / secs
     r.add("gen_cpu_pct", "generator CPU", .double(genCPU, digits: 1), "% of a core")
     r.add("gen_bound", "generator-bound (CPU >= 90%)", .bool(genCPU >= 90))
+    r.add("gen_reads_per_delivery", "generator reads per delivery", .double(Double(engine.measuredReads) / Double(max(1, engine.measuredDeliveries)), digits: 4))
+    r.add("gen_bytes_per_read", "generator bytes per read", .double(Double(engine.measuredBytesIn) / Double(max(1, engine.measuredReads)), digits: 0), "B")
+    r.add("gen_sys_pct", "generator CPU in the kernel", .double(100 * gen.system / secs, digits: 1), "% of a core")
     if let cpu0, let cpu1 {
-        r.add("server_cpu_pct", "server CPU", .double(100 * (cpu1 - cpu0) / secs, digits: 1), "% of a core")
+        let cpu = cpu1 - cpu0
+        r.add("server_cpu_pct", "server CPU", .double(100 * cpu.total / secs, digits: 1), "% of a core")
+        r.add("server_sys_pct", "server CPU in the kernel", .double(100 * cpu.system / secs, digits: 1), "% of a core")
         // Deliveries per CPU-second the server actually got: steadier than
         // deliveries/s on a machine whose cores are shared with other work.
-        let per = cpu1 > cpu0 ? Double(engine.measuredDeliveries) / (cpu1 - cpu0) : 0
+        let per = cpu.total > 0 ? Double(engine.measuredDeliveries) / cpu.total : 0
         r.add("deliveries_per_server_cpu_s", "deliveries per server CPU-second", .double(per, digits: 0))
+        // On loopback a delivery's kernel work is split between the two
+        // cores: the receiving half runs on the generator's core whenever
+        // the generator holds the socket (its backlog is processed there),
+        // and more of it the more writes a server makes per delivery. Both
+        // processes' CPU per delivery counts all of it, wherever it ran.
+        let both = cpu.total + gen.total
+        let perBoth = both > 0 ? Double(engine.measuredDeliveries) / both : 0
+        r.add("deliveries_per_cpu_s", "deliveries per CPU-second (server + generator)", .double(perBoth, digits: 0))
     }
     if let rssBefore { r.add("server_rss_before_kib", "server RSS before", .int(rssBefore), "KiB") }
     if let rssAfter { r.add("server_rss_after_kib", "server RSS after", .int(rssAfter), "KiB") }
