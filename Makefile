@@ -6,7 +6,8 @@
 #                     suites included), check the unit files
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
-#   make bench        benchmark roomcastd against Redis pub/sub (BENCHMARKS.md); bench-plot, bench-profile
+#   make bench        benchmark roomcastd against a minimal C relay and Redis pub/sub (BENCHMARKS.md);
+#                     bench-relay, bench-plot, bench-profile
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
 #                     and checks install, socket activation, status, journal, reload,
@@ -230,12 +231,21 @@ clean:
 BENCH_BUILD ?= $(CURDIR)/.build-bench
 export BENCH_BUILD
 
-.PHONY: bench bench-plot bench-profile
+.PHONY: bench bench-relay bench-plot bench-profile
 
-# Every workload of issue 5 against roomcastd and Redis (installed if missing):
-# one table with both servers and the ratios (about 3 minutes plus the build).
+# Every workload of issues 5 and 12 against roomcastd, the C relay
+# bench/ltb-relay.c (the practical limit) and Redis (installed if missing):
+# three repetitions, medians, one table with both ratios (about 15 minutes
+# plus the build; BENCH_QUICK=1: shorter runs, one repetition).
 bench:
 	bench/run.sh
+
+# The C relay alone: built with gcc -O2 into $(BENCH_BUILD) (never committed)
+# and checked (bench/check-relay.py); make bench does both too.
+bench-relay:
+	@mkdir -p $(BENCH_BUILD)
+	$${CC:-gcc} -O2 -Wall -Wextra -std=c11 -o $(BENCH_BUILD)/ltb-relay bench/ltb-relay.c
+	python3 bench/check-relay.py $(BENCH_BUILD)/ltb-relay
 
 # The scaling curve: bench/scaling.png (gnuplot-nox installed if missing).
 bench-plot:

@@ -2,11 +2,14 @@
 #
 # Starts the servers under test on loopback ports, pinned to core 0 with
 # taskset, and stops everything it started on exit (trap). The generator runs
-# pinned to core 1 (bench_run).
+# pinned to core 1 (bench_run). The servers: roomcastd, the C relay
+# bench/ltb-relay.c (the yardstick) and redis-server.
 #
 # Environment:
-#   BENCH_BUILD     SwiftPM scratch path of the release build (.build-bench)
+#   BENCH_BUILD     SwiftPM scratch path of the release build (.build-bench);
+#                   the C relay is built there too ($BENCH_BUILD/ltb-relay)
 #   ROOMCAST_PORT   roomcastd's loopback port (19898)
+#   RELAY_PORT      the C relay's loopback port (19899)
 #   REDIS_PORT      redis-server's loopback port (16379)
 #   SERVER_CPU      core of the servers (0); GEN_CPU: core of the generator (1)
 #   RESULTS         where JSON lines and tables go (bench/results)
@@ -16,6 +19,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_BUILD=${BENCH_BUILD:-$ROOT/.build-bench}
 ROOMCAST_PORT=${ROOMCAST_PORT:-19898}
+RELAY_PORT=${RELAY_PORT:-19899}
 REDIS_PORT=${REDIS_PORT:-16379}
 SERVER_CPU=${SERVER_CPU:-0}
 GEN_CPU=${GEN_CPU:-1}
@@ -25,6 +29,7 @@ CONF=$ROOT/bench/roomcastd-bench.conf
 LOGDIR=$(mktemp -d /tmp/roomcast-bench.XXXXXX)
 
 ROOMCAST_PID=""
+RELAY_PID=""
 REDIS_PID=""
 SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
 
@@ -51,10 +56,12 @@ stop_pid() {
 }
 
 stop_roomcastd() { stop_pid "$ROOMCAST_PID"; ROOMCAST_PID=""; }
+stop_relay() { stop_pid "$RELAY_PID"; RELAY_PID=""; }
 stop_redis() { stop_pid "$REDIS_PID"; REDIS_PID=""; }
 
 cleanup() {
     stop_roomcastd
+    stop_relay
     stop_redis
     # Keep the servers' logs of the last run (warnings: slow consumers, refusals...).
     mkdir -p "$RESULTS/last-logs" 2>/dev/null && cp "$LOGDIR"/*.log "$RESULTS/last-logs/" 2>/dev/null || true
@@ -67,6 +74,13 @@ build() {
     log "building release into $BENCH_BUILD"
     (cd "$ROOT" && swift build -c release --scratch-path "$BENCH_BUILD" --product roomcastd >&2 \
         && swift build -c release --scratch-path "$BENCH_BUILD" --product roomcast-bench >&2)
+    build_relay
+}
+
+# The C relay: built, never committed (gcc is part of the Swift toolchain's needs).
+build_relay() {
+    mkdir -p "$BENCH_BUILD"
+    ${CC:-gcc} -O2 -Wall -Wextra -std=c11 -o "$BENCH_BUILD/ltb-relay" "$ROOT/bench/ltb-relay.c" >&2
 }
 
 port_free() { ! ss -Htln "sport = :$1" | grep -q .; }
@@ -88,6 +102,13 @@ start_roomcastd() {
         >"$LOGDIR/roomcastd.log" 2>&1 &
     ROOMCAST_PID=$!
     wait_listening "$ROOMCAST_PORT" "$ROOMCAST_PID" roomcastd
+}
+
+start_relay() {
+    port_free "$RELAY_PORT" || { log "port $RELAY_PORT is busy (set RELAY_PORT)"; return 1; }
+    taskset -c "$SERVER_CPU" "$BENCH_BUILD/ltb-relay" "$RELAY_PORT" >"$LOGDIR/ltb-relay.log" 2>&1 &
+    RELAY_PID=$!
+    wait_listening "$RELAY_PORT" "$RELAY_PID" ltb-relay
 }
 
 # Installs redis-server from Debian when it is missing and apt-get is there.
@@ -114,16 +135,21 @@ start_redis() {
     wait_listening "$REDIS_PORT" "$REDIS_PID" redis
 }
 
-# bench_run TARGET ARGS...: one roomcast-bench run against TARGET
-# (roomcast|redis), pinned to the generator's core; prints its JSON line.
+# bench_run SERVER ARGS...: one roomcast-bench run against SERVER
+# (roomcast|relay|redis), pinned to the generator's core; prints its JSON
+# line. The relay speaks LTB: the generator treats it as a roomcast target.
 bench_run() {
-    local target=$1; shift
-    local port pid
-    if [ "$target" = roomcast ]; then port=$ROOMCAST_PORT; pid=$ROOMCAST_PID; else port=$REDIS_PORT; pid=$REDIS_PID; fi
+    local server=$1; shift
+    local target=roomcast port pid
+    case $server in
+        roomcast) port=$ROOMCAST_PORT; pid=$ROOMCAST_PID ;;
+        relay) port=$RELAY_PORT; pid=$RELAY_PID ;;
+        redis) target=redis; port=$REDIS_PORT; pid=$REDIS_PID ;;
+    esac
     [ -n "$pid" ] || return 0
     # Bounded: no single run may take more than 5 minutes.
-    timeout 300 taskset -c "$GEN_CPU" "$BIN/roomcast-bench" --target "$target" --port "$port" \
-        --server-pid "$pid" --json "$@" || { log "roomcast-bench $target $* failed"; return 0; }
+    timeout 300 taskset -c "$GEN_CPU" "$BIN/roomcast-bench" --target "$target" --server "$server" --port "$port" \
+        --server-pid "$pid" --json "$@" || { log "roomcast-bench $server $* failed"; return 0; }
 }
 
 machine_json() {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # make bench-plot: the scaling curve of BENCHMARKS.md as bench/scaling.png.
 #   - fan-out deliveries/s and p99 latency against room size (10 ... 10,000
-#     members; 1 publisher, 64-byte bodies, closed loop, window 128);
+#     members; 1 publisher, 64-byte text bodies, closed loop, window 64),
+#     roomcastd, the C relay bench/ltb-relay.c and Redis;
 #   - server RSS against idle connection count (up to 19,000).
-# Both servers when redis-server is there. About 4 minutes plus the build.
+# Redis when redis-server is there. About 5 minutes plus the build.
 #   SIZES="10 100 1000" bench/plot.sh     other room sizes
 source "$(dirname "$0")/lib.sh"
 
@@ -40,18 +41,27 @@ done
 stop_roomcastd
 stop_redis
 
+# The C relay (one room: the fan-out sweep only).
+start_relay
+for n in $SIZES; do
+    log "fan-out to $n members: relay"
+    bench_run relay --mode fanout --members "$n" --duration "$DURATION" --label "size-$n" >>"$OUT"
+done
+stop_relay
+
 python3 - "$OUT" "$LOGDIR" <<'PY'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 d = sys.argv[2]
-for t in ("roomcast", "redis"):
+server = lambda r: r.get("server", r.get("target"))
+for t in ("roomcast", "relay", "redis"):
     with open(f"{d}/fanout-{t}.dat", "w") as f:
         for r in runs:
-            if r.get("target") == t and r.get("mode") == "fanout":
+            if server(r) == t and r.get("mode") == "fanout":
                 f.write(f"{r['members']} {r['deliveries_per_s']} {r['lat_p99_us'] / 1000} {r.get('deliveries_per_server_cpu_s', 0)}\n")
     with open(f"{d}/rss-{t}.dat", "w") as f:
         for r in runs:
-            if r.get("target") == t and r.get("mode") == "idle":
+            if server(r) == t and r.get("mode") == "idle":
                 f.write(f"0 {r['server_rss_before_kib'] / 1024}\n")
                 for n, kib in zip(r["rss_steps"], r["rss_kib"]):
                     f.write(f"{n} {kib / 1024}\n")
@@ -61,21 +71,23 @@ MACHINE=$(python3 -c "import json; m = json.loads(open('$OUT').readline()); prin
 gnuplot <<EOF
 set terminal pngcairo size 1500,480 font "sans,10"
 set output "$ROOT/bench/scaling.png"
-set multiplot layout 1,3 title "roomcastd vs Redis pub/sub, loopback, server on core $SERVER_CPU, generator on core $GEN_CPU ($MACHINE)"
+set multiplot layout 1,3 title "roomcastd vs a minimal C relay and Redis pub/sub, loopback, server on core $SERVER_CPU, generator on core $GEN_CPU ($MACHINE)"
 set grid
 set key top left
 set logscale x
 set xlabel "room size (members)"
 set ylabel "deliveries/s"
 set format y "%.1s%c"
-set title "fan-out throughput (1 publisher, 64 B, window 128)"
+set title "fan-out throughput (1 publisher, 64 B, window 64)"
 plot "$LOGDIR/fanout-roomcast.dat" using 1:2 with linespoints lw 2 title "roomcastd", \
+     "$LOGDIR/fanout-relay.dat" using 1:2 with linespoints lw 2 title "C relay", \
      "$LOGDIR/fanout-redis.dat" using 1:2 with linespoints lw 2 title "Redis"
 set logscale y
 set format y "%g"
 set ylabel "p99 latency (ms)"
 set title "fan-out p99 latency (closed loop: grows with the window)"
 plot "$LOGDIR/fanout-roomcast.dat" using 1:3 with linespoints lw 2 title "roomcastd", \
+     "$LOGDIR/fanout-relay.dat" using 1:3 with linespoints lw 2 title "C relay", \
      "$LOGDIR/fanout-redis.dat" using 1:3 with linespoints lw 2 title "Redis"
 unset logscale
 set xlabel "idle connections"

@@ -1,58 +1,71 @@
 #!/usr/bin/env bash
-# make bench: every workload of issue 5 against a release roomcastd and, when
-# redis-server is (or can be) installed, against Redis pub/sub in the same run.
-# Prints one table with both servers and the ratios; keeps the raw JSON lines
-# in bench/results/latest.jsonl and the table in bench/results/latest.md.
+# make bench: every workload of issues 5 and 12 against a release roomcastd,
+# the C relay bench/ltb-relay.c (the practical limit: BENCHMARKS.md) and,
+# when redis-server is (or can be) installed, Redis pub/sub, in one run.
+# Prints one table with the three servers and both ratios (roomcastd / C
+# relay, roomcastd / Redis); keeps the raw JSON lines in
+# bench/results/latest.jsonl and the table in bench/results/latest.md.
 #
-#   bench/run.sh                 all workloads (about 3 minutes plus the build)
-#   bench/run.sh fanout latency  only those (idle fanout latency large storm)
-#   BENCH_QUICK=1 bench/run.sh   shorter runs, for a smoke test
-#   BENCH_REPEAT=3 bench/run.sh  three repetitions (fresh servers each), medians in the table
-#                                (about 3 minutes per repetition)
+#   bench/run.sh                 all workloads, three repetitions, medians (about 15 minutes plus the build)
+#   bench/run.sh fanout large    only those (idle fanout pub10 large latency storm)
+#   BENCH_REPEAT=1 bench/run.sh  one repetition
+#   BENCH_QUICK=1 bench/run.sh   shorter runs and one repetition (unless BENCH_REPEAT says otherwise)
 source "$(dirname "$0")/lib.sh"
 
 WORKLOADS=("$@")
-[ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(idle fanout latency large storm)
-# Idle goes first, while both servers are fresh: their RSS then is the baseline.
+[ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(idle fanout pub10 large latency storm)
+# Idle goes first, while the servers are fresh: their RSS then is the baseline.
 if [[ " ${WORKLOADS[*]} " == *" idle "* ]]; then
     rest=(); for w in "${WORKLOADS[@]}"; do [ "$w" = idle ] || rest+=("$w"); done
     WORKLOADS=(idle "${rest[@]}")
 fi
+for w in "${WORKLOADS[@]}"; do
+    case $w in idle|fanout|pub10|large|latency|storm) ;; *) log "unknown workload $w"; exit 64 ;; esac
+done
 if [ "${BENCH_QUICK:-}" = 1 ]; then
     DUR=(--duration 3); IDLE=(--connections 5000 --rss-steps 1000 --duration 10)
+    REPEAT=${BENCH_REPEAT:-1}
 else
     DUR=(); IDLE=()
+    REPEAT=${BENCH_REPEAT:-3}
 fi
 
 build
+# The yardstick must relay every frame, in order, before it measures anything.
+python3 "$ROOT/bench/check-relay.py" "$BENCH_BUILD/ltb-relay" >&2 || { log "the C relay failed its check"; exit 1; }
 mkdir -p "$RESULTS"
 OUT=$RESULTS/run-$(date -u +%Y%m%dT%H%M%SZ).jsonl
 machine_json >"$OUT"
 
-TARGETS=(roomcast)
-if ensure_redis; then TARGETS+=(redis); else log "redis-server not available: roomcastd only"; fi
+SERVERS=(roomcast relay)
+if ensure_redis; then SERVERS+=(redis); else log "redis-server not available: roomcastd and the C relay only"; fi
 
-REPEAT=${BENCH_REPEAT:-1}
+# The C relay has no rooms: it relays every frame to every client. It runs
+# only where the workload is one room, so that this is the same relay.
+relay_runs() { case $1 in fanout|pub10|large|latency) return 0 ;; *) return 1 ;; esac; }
+
 for rep in $(seq "$REPEAT"); do
-    # Fresh servers for every repetition (the idle workload's RSS baseline);
-    # the order of the two targets alternates, so a drift in the machine's
-    # load does not always favour the same one.
+    # Fresh servers for every repetition (the idle workload's RSS baseline).
     start_roomcastd
-    [[ " ${TARGETS[*]} " == *" redis "* ]] && start_redis
-    order=("${TARGETS[@]}")
-    if [ $((rep % 2)) = 0 ] && [ ${#TARGETS[@]} = 2 ]; then order=(redis roomcast); fi
+    start_relay
+    [[ " ${SERVERS[*]} " == *" redis "* ]] && start_redis
+    # The order of the servers turns with each repetition, so a drift in the
+    # machine's load does not always favour the same one.
+    order=()
+    for i in "${!SERVERS[@]}"; do order+=("${SERVERS[$(((i + rep - 1) % ${#SERVERS[@]}))]}"); done
     for w in "${WORKLOADS[@]}"; do
-        for t in "${order[@]}"; do
-            log "$w: $t (repetition $rep of $REPEAT)"
+        for s in "${order[@]}"; do
+            [ "$s" = relay ] && ! relay_runs "$w" && continue
+            log "$w: $s (repetition $rep of $REPEAT)"
             case $w in
-                idle) bench_run "$t" --mode idle --label "rep-$rep" "${IDLE[@]}" >>"$OUT" ;;
-                fanout|latency|large) bench_run "$t" --mode "$w" --label "rep-$rep" "${DUR[@]}" >>"$OUT" ;;
-                storm) bench_run "$t" --mode storm --label "rep-$rep" >>"$OUT" ;;
-                *) log "unknown workload $w"; exit 64 ;;
+                idle) bench_run "$s" --mode idle --label "rep-$rep" "${IDLE[@]}" >>"$OUT" ;;
+                storm) bench_run "$s" --mode storm --label "rep-$rep" >>"$OUT" ;;
+                *) bench_run "$s" --mode "$w" --label "rep-$rep" "${DUR[@]}" >>"$OUT" ;;
             esac
         done
     done
     stop_roomcastd
+    stop_relay
     stop_redis
 done
 

@@ -3,13 +3,17 @@
 
     table.py RUN.jsonl [--markdown OUT.md]
 
-Each row is one figure of one workload: roomcastd, Redis, the ratio
-roomcastd/Redis, and issue 5's target. With several repetitions (labels
-rep-1, rep-2, ...), values are medians and the ratio is the median of the
-ratios within each repetition. Standard library only.
+Each row is one figure of one workload: roomcastd, the C relay
+(bench/ltb-relay.c, one-room workloads only), Redis, the ratios
+roomcastd / C relay and roomcastd / Redis, and the issues' targets. With
+several repetitions (labels rep-1, rep-2, ...), values are medians and each
+ratio is the median of the ratios within each repetition (the two runs of a
+ratio shared the machine's load). Standard library only.
 """
 import json
 import sys
+
+SERVERS = ("roomcast", "relay", "redis")
 
 
 def load(path):
@@ -23,8 +27,9 @@ def load(path):
             if d.get("machine"):
                 machine = d
             else:
-                runs.setdefault((d["mode"], d["target"]), []).append(d)
-    ratios = paired_ratios(runs)
+                # Runs from before the C relay carry no "server": their target names it.
+                runs.setdefault((d["mode"], d.get("server", d["target"])), []).append(d)
+    ratios = {other: paired_ratios(runs, other) for other in ("relay", "redis")}
     return machine, {k: median_run(v) for k, v in runs.items()}, ratios
 
 
@@ -34,20 +39,24 @@ def median(vals):
     return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 
 
-def paired_ratios(runs):
-    """{(mode, key): median over repetitions of roomcastd/Redis}, pairing the
-    runs of one repetition (same label), which shared the machine's load."""
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def paired_ratios(runs, other):
+    """{(mode, key): median over repetitions of roomcastd / other}, pairing
+    the runs of one repetition (same label)."""
     out = {}
-    for (mode, target), reps in runs.items():
-        if target != "roomcast":
+    for (mode, server), reps in runs.items():
+        if server != "roomcast":
             continue
-        redis = {r.get("label"): r for r in runs.get((mode, "redis"), [])}
+        theirs = {r.get("label"): r for r in runs.get((mode, other), [])}
         for key in reps[0]:
             rs = []
             for r in reps:
-                o = redis.get(r.get("label"))
+                o = theirs.get(r.get("label"))
                 a, b = r.get(key), (o or {}).get(key)
-                if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool) and b:
+                if number(a) and number(b) and b:
                     rs.append(a / b)
             if rs:
                 out[(mode, key)] = median(rs)
@@ -61,40 +70,79 @@ def median_run(reps):
         return reps[0]
     out = dict(reps[-1])
     for key, value in reps[0].items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = median([r[key] for r in reps if isinstance(r.get(key), (int, float))])
+        if number(value):
+            out[key] = median([r[key] for r in reps if number(r.get(key))])
         elif isinstance(value, bool):
             out[key] = all(r.get(key) for r in reps) if key.endswith("complete") else any(r.get(key) for r in reps)
     out["repetitions"] = len(reps)
     return out
 
 
-# (workload, key, label, unit, better, target text, target check(ratio, roomcast value))
+# A target: (text, check(ratio vs relay, ratio vs Redis, roomcastd's value)).
+def at_least(x, which):
+    return (f">= {x}x {'C relay' if which == 'relay' else 'Redis'}",
+            lambda rr, rd, v: (rr if which == "relay" else rd) is not None and (rr if which == "relay" else rd) >= x,
+            which)
+
+
+def at_most(x, which):
+    return (f"<= {x}x {'C relay' if which == 'relay' else 'Redis'}",
+            lambda rr, rd, v: (rr if which == "relay" else rd) is not None and (rr if which == "relay" else rd) <= x,
+            which)
+
+
+def absolute(text, check):
+    return (text, lambda rr, rd, v: v is not None and check(v), None)
+
+
+# (workload, key, label, unit, targets). The first row of each workload is
+# the one its issue target names; issue 12's targets come first.
 ROWS = [
-    ("fanout", "deliveries_per_s", "deliveries/s", "", "higher", ">= 2x Redis", lambda r, v: r is not None and r >= 2),
-    ("fanout", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", "higher", "", None),
-    ("fanout", "lat_p99_us", "latency p99", "ms", "lower", "", None),
-    ("fanout", "server_cpu_pct", "server CPU", "%", "", "", None),
-    ("fanout", "gen_cpu_pct", "generator CPU", "%", "", "", None),
-    ("latency", "lat_p50_us", "latency p50", "ms", "lower", "", None),
-    ("latency", "lat_p99_us", "latency p99", "ms", "lower", "<= 0.7x Redis", lambda r, v: r is not None and r <= 0.7),
-    ("latency", "lat_max_us", "latency max", "ms", "lower", "", None),
-    ("latency", "deliveries_per_s", "deliveries/s", "", "higher", "", None),
-    ("latency", "server_cpu_pct", "server CPU", "%", "", "", None),
-    ("latency", "gen_cpu_pct", "generator CPU", "%", "", "", None),
-    ("large", "deliveries_per_s", "deliveries/s", "", "higher", ">= 1x Redis", lambda r, v: r is not None and r >= 1),
-    ("large", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", "higher", "", None),
-    ("large", "mib_per_s", "body MiB/s", "", "higher", "", None),
-    ("large", "lat_p99_us", "latency p99", "ms", "lower", "", None),
-    ("large", "server_cpu_pct", "server CPU", "%", "", "", None),
-    ("idle", "rss_per_conn_bytes", "RSS per connection", "B", "lower", "<= 1024 B", lambda r, v: v is not None and v <= 1024),
-    ("idle", "server_cpu_pct", "server CPU, idle", "%", "lower", "< 2 %", lambda r, v: v is not None and v < 2),
-    ("idle", "connect_s", "connect + join 19k", "s", "lower", "", None),
-    ("storm", "storm_s", "10k connects: all joined", "s", "lower", "", None),
-    ("storm", "storm_lat_p99_us", "probe p99 during storm", "ms", "lower", "< 50 ms", lambda r, v: v is not None and v < 50_000),
-    ("storm", "storm_lat_max_us", "probe max during storm", "ms", "lower", "", None),
-    ("storm", "storm_complete", "all accepted + joined", "", "", "yes", lambda r, v: v is True),
+    ("fanout", "deliveries_per_s", "deliveries/s", "", [at_least(0.9, "relay"), at_least(2, "redis")]),
+    ("fanout", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", []),
+    ("fanout", "deliveries_per_cpu_s", "deliveries per CPU-s, server + generator", "", []),
+    ("fanout", "lat_p99_us", "latency p99", "ms", []),
+    ("fanout", "server_cpu_pct", "server CPU", "%", []),
+    ("fanout", "gen_cpu_pct", "generator CPU", "%", []),
+    ("fanout", "gen_reads_per_delivery", "generator reads per delivery", "", []),
+    ("pub10", "deliveries_per_s", "deliveries/s", "", [at_least(0.9, "relay")]),
+    ("pub10", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", []),
+    ("pub10", "deliveries_per_cpu_s", "deliveries per CPU-s, server + generator", "", []),
+    ("pub10", "lat_p99_us", "latency p99", "ms", []),
+    ("pub10", "server_cpu_pct", "server CPU", "%", []),
+    ("pub10", "gen_cpu_pct", "generator CPU", "%", []),
+    ("pub10", "gen_reads_per_delivery", "generator reads per delivery", "", []),
+    ("large", "deliveries_per_s", "deliveries/s", "", [at_least(0.9, "relay"), at_least(1, "redis")]),
+    ("large", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", []),
+    ("large", "deliveries_per_cpu_s", "deliveries per CPU-s, server + generator", "", []),
+    ("large", "mib_per_s", "body MiB/s", "", []),
+    ("large", "lat_p99_us", "latency p99", "ms", []),
+    ("large", "server_cpu_pct", "server CPU", "%", []),
+    ("large", "gen_cpu_pct", "generator CPU", "%", []),
+    ("large", "gen_reads_per_delivery", "generator reads per delivery", "", []),
+    ("latency", "lat_p99_us", "latency p99", "ms", [at_most(1, "relay"), at_most(0.7, "redis")]),
+    ("latency", "lat_p50_us", "latency p50", "ms", []),
+    ("latency", "lat_max_us", "latency max", "ms", []),
+    ("latency", "deliveries_per_s", "deliveries/s", "", []),
+    ("latency", "server_cpu_pct", "server CPU", "%", []),
+    ("latency", "gen_cpu_pct", "generator CPU", "%", []),
+    ("idle", "rss_per_conn_bytes", "RSS per connection", "B", [absolute("<= 1024 B", lambda v: v <= 1024)]),
+    ("idle", "server_cpu_pct", "server CPU, idle", "%", [absolute("< 2 %", lambda v: v < 2)]),
+    ("idle", "connect_s", "connect + join 19k", "s", []),
+    ("storm", "storm_lat_p99_us", "probe p99 during storm", "ms", [absolute("< 50 ms", lambda v: v < 50_000)]),
+    ("storm", "storm_complete", "all accepted + joined", "", [absolute("yes", lambda v: v is True)]),
+    ("storm", "storm_s", "10k connects: all joined", "s", []),
+    ("storm", "storm_lat_max_us", "probe max during storm", "ms", []),
 ]
+
+WORKLOAD_NAMES = {
+    "fanout": "fanout (1 pub x 1,000)",
+    "pub10": "pub10 (10 pub x 100)",
+    "large": "large (16 KiB x 100)",
+    "latency": "latency (5,000 @ 200/s)",
+    "idle": "idle (19,000 conns)",
+    "storm": "storm (10k connects)",
+}
 
 
 def fmt(v, unit):
@@ -108,6 +156,8 @@ def fmt(v, unit):
         return f"{v:.1f}"
     if unit == "s":
         return f"{v:.2f}"
+    if isinstance(v, float) and v < 10:
+        return f"{v:.3f}"
     if isinstance(v, float) and v >= 100 or isinstance(v, int):
         return f"{v:,.0f}"
     return f"{v:.1f}"
@@ -115,50 +165,68 @@ def fmt(v, unit):
 
 def rows(runs, ratios):
     out = []
-    for mode, key, label, unit, _better, target, check in ROWS:
-        rc = runs.get((mode, "roomcast"), {}).get(key)
-        rd = runs.get((mode, "redis"), {}).get(key)
-        if rc is None and rd is None:
+    for mode, key, label, unit, targets in ROWS:
+        vals = [runs.get((mode, s), {}).get(key) for s in SERVERS]
+        if all(v is None for v in vals):
             continue
-        ratio = ratios.get((mode, key))
-        met = ""
-        if check is not None:
-            met = "met" if check(ratio, rc) else ("-" if ratio is None and target.endswith("Redis") else "NOT met")
+        rr, rd = ratios["relay"].get((mode, key)), ratios["redis"].get((mode, key))
+        texts, verdicts = [], []
+        for text, check, which in targets:
+            missing = which is not None and (rr if which == "relay" else rd) is None
+            if which is None and vals[0] is None:
+                missing = True
+            texts.append(text)
+            verdicts.append("-" if missing else ("met" if check(rr, rd, vals[0]) else "NOT met"))
         u = f" ({unit})" if unit else ""
-        out.append([mode, label + u, fmt(rc, unit), fmt(rd, unit), f"{ratio:.2f}x" if ratio is not None else "-", target, met])
+        ratio = lambda r: f"{r:.2f}x" if r is not None else "-"
+        name = WORKLOAD_NAMES.get(mode, mode)
+        conns = runs.get((mode, "roomcast"), {}).get("connections")
+        if mode == "idle" and conns:
+            name = f"idle ({conns:,.0f} conns)"
+        out.append([name, label + u] + [fmt(v, unit) for v in vals]
+                   + [ratio(rr), ratio(rd), "; ".join(texts), "; ".join(verdicts)])
     return out
 
 
 def notes(runs):
     out = []
-    for (mode, target), d in sorted(runs.items()):
+    for (mode, server), d in sorted(runs.items()):
+        name = f"{mode}/{server}"
         if d.get("gen_bound"):
-            out.append(f"{mode}/{target}: the generator used {d['gen_cpu_pct']:.0f}% of its core: it may be the bottleneck")
+            out.append(f"{name}: the generator used {d['gen_cpu_pct']:.0f}% of its core: it may be the bottleneck")
         if d.get("loss"):
-            out.append(f"{mode}/{target}: loss {d['loss']:,.0f} of {d['expected']:,.0f} deliveries")
+            out.append(f"{name}: loss {d['loss']:,.0f} of {d['expected']:,.0f} deliveries")
+        if d.get("order_errors"):
+            out.append(f"{name}: {d['order_errors']:,.0f} frames out of per-sender order")
         if d.get("closed_by_server"):
-            out.append(f"{mode}/{target}: {d['closed_by_server']} connections closed by the server")
+            out.append(f"{name}: {d['closed_by_server']} connections closed by the server")
         if d.get("first_problem"):
-            out.append(f"{mode}/{target}: {d['first_problem']}")
+            out.append(f"{name}: {d['first_problem']}")
         if d.get("max_send_lag_us", 0) > 5000:
             turn = d.get("gen_max_turn_us")
             why = f"; its longest loop turn took {turn / 1000:.1f} ms" if turn is not None else ""
-            out.append(f"{mode}/{target}: open-loop sends ran up to {d['max_send_lag_us'] / 1000:.1f} ms late "
+            out.append(f"{name}: open-loop sends ran up to {d['max_send_lag_us'] / 1000:.1f} ms late "
                        f"(generator busy or preempted{why})")
+        if mode in ("fanout", "pub10", "large") and d.get("server_cpu_pct", 100) < 80:
+            out.append(f"{name}: the server got {d['server_cpu_pct']:.0f}% of its core (shared machine): "
+                       f"compare deliveries per server CPU-s")
     return out
 
 
-HEAD = ["workload", "figure", "roomcastd", "Redis", "ratio", "issue 5 target", ""]
+HEAD = ["workload", "figure", "roomcastd", "C relay", "Redis", "/ C relay", "/ Redis", "target", "met?"]
 
 
 def text_table(rs):
     widths = [max(len(str(r[i])) for r in [HEAD] + rs) for i in range(len(HEAD))]
-    line = lambda r: "  ".join(str(c).rjust(w) if 2 <= i <= 4 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    line = lambda r: "  ".join(str(c).rjust(w) if 2 <= i <= 6 else str(c).ljust(w)
+                               for i, (c, w) in enumerate(zip(r, widths)))
     return "\n".join([line(HEAD), line(["-" * w for w in widths])] + [line(r) for r in rs])
 
 
 def markdown_table(rs):
-    out = ["| " + " | ".join(HEAD[:-1] + ["met?"]) + " |", "|" + "---|" * len(HEAD)]
+    head = ["workload", "figure", "roomcastd", "C relay", "Redis", "roomcastd / C relay", "roomcastd / Redis",
+            "target (issue 12; issue 5)", "met?"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rs:
         out.append("| " + " | ".join(r) + " |")
     return "\n".join(out)
@@ -181,7 +249,8 @@ def main():
     n = max((d.get("repetitions", 1) for d in runs.values()), default=1)
     if n > 1:
         head += (f"; medians of {n} repetitions (values: median of each server's runs; "
-                 f"ratio: median of the per-repetition ratios)")
+                 f"ratios: median of the per-repetition ratios)")
+    head += "; the C relay has no rooms and runs only the one-room workloads (fanout, pub10, large, latency)"
     print(head)
     print(text_table(rs))
     for n in notes(runs):
