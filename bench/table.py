@@ -128,7 +128,7 @@ ROWS = [
     ("latency", "gen_cpu_pct", "generator CPU", "%", []),
     ("idle", "rss_per_conn_bytes", "RSS per connection", "B", [absolute("<= 1024 B", lambda v: v <= 1024)]),
     ("idle", "server_cpu_pct", "server CPU, idle", "%", [absolute("< 2 %", lambda v: v < 2)]),
-    ("idle", "connect_s", "connect + join 19k", "s", []),
+    ("idle", "connect_s", "connect + join, all", "s", []),
     ("storm", "storm_lat_p99_us", "probe p99 during storm", "ms", [absolute("< 50 ms", lambda v: v < 50_000)]),
     ("storm", "storm_complete", "all accepted + joined", "", [absolute("yes", lambda v: v is True)]),
     ("storm", "storm_s", "10k connects: all joined", "s", []),
