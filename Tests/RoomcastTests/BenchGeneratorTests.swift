@@ -76,4 +76,20 @@ import Testing
         #expect(throws: roomcast_bench.Options.UsageError.self) { try Self.options(["--host", "10.0.0.1"]) }
         #expect(throws: roomcast_bench.Options.UsageError.self) { try Self.options(["--members", "19000", "--connections", "1000"]) }
     }
+
+    /// Issue 12's independent generator: closed loop with a window of 64 and
+    /// validated text bodies for every load workload (BENCHMARKS.md, "the
+    /// 16 KiB case"); the old definitions stay one option away.
+    @Test func loadModesUseIssue12sWindowAndValidatedBodies() throws {
+        for (mode, members, publishers, size) in [("fanout", 1_000, 1, 64), ("pub10", 100, 10, 64), ("large", 100, 1, 16_384)] {
+            let o = try Self.options(["--mode", mode])
+            #expect(o.members == members && o.publishers == publishers && o.size == size, "\(mode)")
+            #expect(o.closedLoop && o.window == 64 && o.body == .text, "\(mode)")
+        }
+        #expect(try Self.options(["--mode", "latency"]).body == .text)
+        let old = try Self.options(["--mode", "large", "--window", "16", "--body", "opaque"])
+        #expect(old.window == 16 && old.body == .opaque && old.size == 16_384)
+        let named = try Self.options(["--mode", "fanout", "--server", "relay"])
+        #expect(named.server == "relay" && named.target == .roomcast)
+    }
 }
