@@ -190,7 +190,7 @@ static void read_client(struct client *c) {
         if (n < 0 && errno == EAGAIN) return;
         if (n <= 0) { close_later(c, n == 0 || errno == ECONNRESET ? NULL : strerror(errno)); return; }
         /* The partial frame kept from before goes in front of the new bytes. */
-        memcpy(batch.p + start, c->carry.p, keep);
+        if (keep > 0) memcpy(batch.p + start, c->carry.p, keep);
         c->carry.len = 0;
         size_t used;
         long kept = cut_frames(batch.p + start, keep + (size_t)n, &used);
