@@ -125,9 +125,14 @@ func storeHex(_ v: UInt64, digits: Int, at p: UnsafeMutableRawPointer) {
     }
 }
 
-/// Reads `digits` hex digits at `p` (no validation beyond the digit set).
+/// Reads `digits` lowercase hex digits at `p` (no validation beyond the digit set).
+/// 8 and 16 digits, the payload's fields, go eight at a time (`hex8`): with
+/// text bodies every delivery decodes 40 digits, and at 10 M deliveries/s a
+/// digit-by-digit loop alone took a fifth of the generator's core.
 @inline(__always)
 func loadHex(_ p: UnsafeRawPointer, digits: Int) -> UInt64 {
+    if digits == 8 { return hex8(p) }
+    if digits == 16 { return hex8(p) << 32 | hex8(p + 8) }
     var v: UInt64 = 0
     for i in 0..<digits {
         let c = p.load(fromByteOffset: i, as: UInt8.self)
@@ -135,4 +140,19 @@ func loadHex(_ p: UnsafeRawPointer, digits: Int) -> UInt64 {
         v = v << 4 | UInt64(d & 15)
     }
     return v
+}
+
+/// Eight lowercase hex digits at `p` as one number, without a loop: each
+/// byte's low nibble is its value for '0'-'9' and value - 9 for 'a'-'f'
+/// (bit 6 set), then neighbouring nibbles are merged into bytes, bytes into
+/// 16-bit halves, halves into the result (the first digit is the lowest byte
+/// of the little-endian load and the most significant nibble of the result).
+@inline(__always)
+func hex8(_ p: UnsafeRawPointer) -> UInt64 {
+    let v = UInt64(littleEndian: p.loadUnaligned(as: UInt64.self))
+    let letters = (v & 0x4040_4040_4040_4040) >> 6
+    var x = (v & 0x0F0F_0F0F_0F0F_0F0F) &+ letters &* 9
+    x = ((x & 0x000F_000F_000F_000F) << 4) | ((x >> 8) & 0x000F_000F_000F_000F)
+    x = ((x & 0x0000_00FF_0000_00FF) << 8) | ((x >> 16) & 0x0000_00FF_0000_00FF)
+    return ((x & 0xFFFF) << 16) | ((x >> 32) & 0xFFFF)
 }

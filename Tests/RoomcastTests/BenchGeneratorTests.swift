@@ -48,9 +48,15 @@ import Testing
 
     @Test func hexRoundTrip() {
         var buffer = [UInt8](repeating: 0, count: 16)
-        for v: UInt64 in [0, 1, 0xdead_beef, .max, 1_234_567_890_123] {
+        var rng = SystemRandomNumberGenerator()
+        let samples: [UInt64] = [0, 1, 0xdead_beef, .max, 1_234_567_890_123, 0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3210]
+            + (0..<1000).map { _ in rng.next() }
+        for v in samples {
             buffer.withUnsafeMutableBytes { storeHex(v, digits: 16, at: $0.baseAddress!) }
             #expect(buffer.withUnsafeBytes { loadHex($0.baseAddress!, digits: 16) } == v)
+            // The eight-at-a-time decoder against the digit-by-digit one.
+            #expect(buffer.withUnsafeBytes { loadHex($0.baseAddress!, digits: 8) } == v >> 32)
+            #expect(buffer.withUnsafeBytes { loadHex($0.baseAddress! + 4, digits: 12) } == v & 0xFFFF_FFFF_FFFF)
         }
     }
 
