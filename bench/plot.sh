@@ -79,24 +79,24 @@ set xlabel "room size (members)"
 set ylabel "deliveries/s"
 set format y "%.1s%c"
 set title "fan-out throughput (1 publisher, 64 B, window 64)"
-plot "$LOGDIR/fanout-roomcast.dat" using 1:2 with linespoints lw 2 title "roomcastd", \
-     "$LOGDIR/fanout-relay.dat" using 1:2 with linespoints lw 2 title "C relay", \
-     "$LOGDIR/fanout-redis.dat" using 1:2 with linespoints lw 2 title "Redis"
+plot "$LOGDIR/fanout-roomcast.dat" using 1:2 with linespoints lw 2 lc rgb "#9400d3" title "roomcastd", \
+     "$LOGDIR/fanout-relay.dat" using 1:2 with linespoints lw 2 lc rgb "#009e73" title "C relay", \
+     "$LOGDIR/fanout-redis.dat" using 1:2 with linespoints lw 2 lc rgb "#56b4e9" title "Redis"
 set logscale y
 set format y "%g"
 set ylabel "p99 latency (ms)"
 set title "fan-out p99 latency (closed loop: grows with the window)"
-plot "$LOGDIR/fanout-roomcast.dat" using 1:3 with linespoints lw 2 title "roomcastd", \
-     "$LOGDIR/fanout-relay.dat" using 1:3 with linespoints lw 2 title "C relay", \
-     "$LOGDIR/fanout-redis.dat" using 1:3 with linespoints lw 2 title "Redis"
+plot "$LOGDIR/fanout-roomcast.dat" using 1:3 with linespoints lw 2 lc rgb "#9400d3" title "roomcastd", \
+     "$LOGDIR/fanout-relay.dat" using 1:3 with linespoints lw 2 lc rgb "#009e73" title "C relay", \
+     "$LOGDIR/fanout-redis.dat" using 1:3 with linespoints lw 2 lc rgb "#56b4e9" title "Redis"
 unset logscale
 set xlabel "idle connections"
 set ylabel "server RSS (MiB)"
 set format y "%g"
 set key top left
 set title "memory: RSS against idle connections (rooms of 100)"
-plot "$LOGDIR/rss-roomcast.dat" using 1:2 with linespoints lw 2 title "roomcastd", \
-     "$LOGDIR/rss-redis.dat" using 1:2 with linespoints lw 2 title "Redis"
+plot "$LOGDIR/rss-roomcast.dat" using 1:2 with linespoints lw 2 lc rgb "#9400d3" title "roomcastd", \
+     "$LOGDIR/rss-redis.dat" using 1:2 with linespoints lw 2 lc rgb "#56b4e9" title "Redis"
 unset multiplot
 EOF
 log "wrote bench/scaling.png and $OUT"
