@@ -19,6 +19,17 @@ func selfCPUTimes() -> CPUTimes {
 /// CPU seconds (user + system) this process has used, from getrusage(2).
 func selfCPUSeconds() -> Double { selfCPUTimes().total }
 
+/// Seconds this (one-thread) process was runnable but waiting for a CPU.
+func selfRunQueueWaitSeconds() -> Double { schedstatWait("/proc/self/schedstat") ?? 0 }
+
+/// The run-queue wait of a schedstat file (nanoseconds, the second field) in seconds.
+private func schedstatWait(_ path: String) -> Double? {
+    guard let s = readProcFile(path) else { return nil }
+    let fields = s.split(whereSeparator: { $0 == " " || $0 == "\n" })
+    guard fields.count >= 2, let ns = Double(fields[1]) else { return nil }
+    return ns / 1e9
+}
+
 /// Peak RSS of this process in KiB (getrusage ru_maxrss).
 func selfMaxRSSKiB() -> Int {
     var ru = rusage()
@@ -66,6 +77,11 @@ struct ProcessProbe {
 
     /// utime + stime in seconds.
     func cpuSeconds() -> Double? { cpuTimes()?.total }
+
+    /// Seconds its main thread was runnable but waiting for a CPU
+    /// (/proc/PID/schedstat, second field; sched-stats.rst): on a shared
+    /// machine, the time other work took from it.
+    func runQueueWaitSeconds() -> Double? { schedstatWait("/proc/\(pid)/schedstat") }
 }
 
 /// Raises the soft descriptor limit to the hard one; returns the new soft limit.

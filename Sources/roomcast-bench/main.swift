@@ -137,6 +137,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     engine.startSending()
     if o.frames == nil { engine.run(seconds: o.warmup) }
     let self0 = selfCPUTimes(), cpu0 = server?.cpuTimes(), t0 = now()
+    let wait0 = server?.runQueueWaitSeconds(), selfWait0 = selfRunQueueWaitSeconds()
     let sent0 = engine.framesSent
     engine.measuring = true
     var stormSeconds: Double?
@@ -160,6 +161,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     }
     engine.measuring = false
     let t1 = now(), self1 = selfCPUTimes(), cpu1 = server?.cpuTimes()
+    let wait1 = server?.runQueueWaitSeconds(), selfWait1 = selfRunQueueWaitSeconds()
     let measuredFrames = engine.framesSent - sent0
     engine.sending = false
     let expected = engine.framesSent * UInt64(o.members)
@@ -203,6 +205,12 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     r.add("gen_reads_per_delivery", "generator reads per delivery", .double(Double(engine.measuredReads) / Double(max(1, engine.measuredDeliveries)), digits: 4))
     r.add("gen_bytes_per_read", "generator bytes per read", .double(Double(engine.measuredBytesIn) / Double(max(1, engine.measuredReads)), digits: 0), "B")
     r.add("gen_sys_pct", "generator CPU in the kernel", .double(100 * gen.system / secs, digits: 1), "% of a core")
+    // Time runnable but not running: what other work on the machine took.
+    // High for the server: its figure is the machine's share, not its speed.
+    r.add("gen_wait_pct", "generator waiting for a CPU", .double(100 * (selfWait1 - selfWait0) / secs, digits: 1), "% of the window")
+    if let wait0, let wait1 {
+        r.add("server_wait_pct", "server waiting for a CPU", .double(100 * (wait1 - wait0) / secs, digits: 1), "% of the window")
+    }
     if let cpu0, let cpu1 {
         let cpu = cpu1 - cpu0
         r.add("server_cpu_pct", "server CPU", .double(100 * cpu.total / secs, digits: 1), "% of a core")
