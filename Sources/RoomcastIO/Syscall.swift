@@ -107,6 +107,29 @@ package enum Sys {
         }
     }
 
+    /// One sendmsg(2) of `first` then `second` (a gather write; either may be
+    /// empty), with MSG_NOSIGNAL.
+    @inline(__always)
+    package static func send(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> IOResult {
+        if first.isEmpty { return send(fd, second.baseAddress!, second.count) }
+        if second.isEmpty { return send(fd, first.baseAddress!, first.count) }
+        var vectors = (iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
+                       iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count))
+        return withUnsafeMutableBytes(of: &vectors) { raw in
+            var message = msghdr()
+            message.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
+            message.msg_iovlen = 2
+            do throws(SystemError) {
+                switch try call("sendmsg", { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }) {
+                case .done(let n): return .done(n)
+                case .wouldBlock: return .wouldBlock
+                }
+            } catch {
+                return .failed(error.errno)
+            }
+        }
+    }
+
     /// write(2) of all of `bytes` to a blocking descriptor (stdio, a file),
     /// retried after short writes. Stops at the first error or EAGAIN.
     /// - Returns: the bytes written.
