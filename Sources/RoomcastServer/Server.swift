@@ -178,6 +178,7 @@ public final class Server {
             let now = clock()
             runTimers(now: now)
             reapAndFlush(now: now)
+            systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
             if stopping && (table.count == 0 || now >= stopDeadlineMs) { break }
         }
         finishStop()

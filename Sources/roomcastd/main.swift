@@ -16,6 +16,12 @@ let exConfig: Int32 = 78
 
 setvbuf(stdout, nil, _IOLBF, 0)
 
+/// Gives notifications still waiting for a busy PID 1 half a second to get
+/// out before the process exits (the event loop never waits for them).
+func flushBeforeExit(_ systemd: Systemd) {
+    systemd.flushBeforeExit(timeoutMs: 500)
+}
+
 func fail(_ message: String, status: Int32) -> Never {
     fputs("roomcastd: \(message)\n", stderr)
     exit(status)
@@ -47,6 +53,7 @@ do {
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
+    flushBeforeExit(systemd)
     fail(error.description, status: exConfig)
 }
 
@@ -80,9 +87,12 @@ do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
                             systemd: systemd, logger: logger, signalFD: signalFD)
-    exit(try server.run())
+    let status = try server.run()
+    flushBeforeExit(systemd)
+    exit(status)
 } catch {
     logger.error("fatal: \(error.description)", ["REASON": "fatal", "DETAIL": error.description])
     systemd.notify("STATUS=failed: \(error.description)\nERRNO=\(error.errno)")
+    flushBeforeExit(systemd)
     exit(1)
 }
