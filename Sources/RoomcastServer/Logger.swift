@@ -1,25 +1,30 @@
-import CSystemd
 import Glibc
 import RoomcastCore
+import RoomcastIO
 
 /// Where log records go.
 public enum LogSink: Equatable, Sendable {
-    /// journald's native protocol (`sd_journal_sendv`) with structured fields.
+    /// journald's native protocol with structured fields, sent without
+    /// waiting (`JournalSocket`).
     case journal
     /// One line per record on stderr. `syslogPrefix` writes `<N>` in front
     /// (stderr connected to journald, sd-daemon(3)); otherwise the line
     /// carries a time stamp and the level for a human at a terminal.
     case stderr(syslogPrefix: Bool)
 
+    /// journald's socket for the native protocol.
+    public static let defaultJournalPath = JournalSocket.defaultPath
+
     /// Resolves `log.target` (`auto`: journal when stderr is the journal,
     /// compared by device and inode against `$JOURNAL_STREAM`, systemd.exec(5)).
-    public static func resolve(_ target: LogTarget) -> LogSink {
+    /// - Parameter journalPath: journald's socket (another one in tests).
+    public static func resolve(_ target: LogTarget, journalPath: String = defaultJournalPath) -> LogSink {
         let onJournal = stderrIsJournal()
         switch target {
         case .journal:
             // Without journald (a container, a shell) every record would be
             // lost, fatal ones too: fall back to stderr.
-            return access("/run/systemd/journal/socket", W_OK) == 0 ? .journal : .stderr(syslogPrefix: onJournal)
+            return access(journalPath, W_OK) == 0 ? .journal : .stderr(syslogPrefix: onJournal)
         case .stderr: return .stderr(syslogPrefix: onJournal)
         case .auto: return onJournal ? .journal : .stderr(syslogPrefix: false)
         }
@@ -52,17 +57,45 @@ public final class Logger {
     let rateWindowMs: UInt64
     /// Where `.stderr` lines are written (2; a pipe in tests).
     private let outputFD: Int32
+    /// The `.journal` sink's socket.
+    private let journal: JournalSocket?
+    /// Records journald did not take (its queue full, or not reachable)
+    /// since the last one it took, and the errno of the last of them.
+    private(set) var journalDropped = 0
+    private var journalDropErrno: Int32 = 0
 
     /// - Parameters:
     ///   - rateWindowMs: the window in which `peerWarning` lets `rateBurst`
     ///     warnings of one kind through, in ms (10 s; shorter in tests).
     ///   - outputFD: the descriptor of the `.stderr` sink (2).
-    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd", rateWindowMs: UInt64 = 10_000, outputFD: Int32 = 2) {
+    ///   - journalPath: journald's socket for the `.journal` sink (a fake one in tests).
+    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd", rateWindowMs: UInt64 = 10_000, outputFD: Int32 = 2,
+                journalPath: String = LogSink.defaultJournalPath) {
         self.level = level
         self.sink = sink
         self.identifier = identifier
         self.rateWindowMs = rateWindowMs
         self.outputFD = outputFD
+        self.journal = sink == .journal ? JournalSocket(path: journalPath) : nil
+    }
+
+    /// Retries what could not be written without waiting: the count of
+    /// records journald dropped, once it reads again. The event loop calls
+    /// it every iteration; it costs a comparison when nothing is owed.
+    @inline(__always)
+    public func flushPending() {
+        if journalDropped > 0 { _ = reportJournalDropped() }
+    }
+
+    /// At exit: retries what `flushPending` retries every 10 ms for up to
+    /// `timeoutMs`.
+    public func flushBeforeExit(timeoutMs: UInt64) {
+        let deadline = monotonicMilliseconds() + timeoutMs
+        while true {
+            flushPending()
+            if journalDropped == 0 || monotonicMilliseconds() >= deadline { return }
+            usleep(10_000)
+        }
     }
 
     @inline(__always)
@@ -125,10 +158,10 @@ public final class Logger {
     private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String? = nil) {
         switch sink {
         case .journal:
-            var entries = ["MESSAGE=" + message, "PRIORITY=\(level.syslogPriority)", "SYSLOG_IDENTIFIER=" + identifier]
-            if let reason { entries.append("REASON=" + reason) }
-            for (k, v) in fields { entries.append(k + "=" + v) }
-            Self.sendJournal(entries)
+            var entries = [(name: "MESSAGE", value: message), ("PRIORITY", String(level.syslogPriority)), ("SYSLOG_IDENTIFIER", identifier)]
+            if let reason { entries.append(("REASON", reason)) }
+            for (k, v) in fields { entries.append((k, v)) }
+            sendJournal(JournalEncoding.encode(entries))
         case .stderr(let prefix):
             // One record, one line: text from peers (room and user names) is
             // escaped, so a client cannot forge log lines (journald keeps the
@@ -159,25 +192,42 @@ public final class Logger {
         return String(literal.dropFirst().dropLast())
     }
 
-    /// One datagram to journald: every `FIELD=value` entry packed into one
-    /// byte array, with an iovec per entry pointing into it.
-    private static func sendJournal(_ entries: [String]) {
-        var packed: [UInt8] = []
-        var lengths: [Int] = []
-        for e in entries {
-            packed.append(contentsOf: e.utf8)
-            lengths.append(e.utf8.count)
+    /// One record to journald, never waiting: when its queue is full the
+    /// record is dropped and counted, and the count is logged (one warning,
+    /// `REASON=journal_dropped`) before the next record it takes.
+    private func sendJournal(_ datagram: [UInt8]) {
+        guard let journal else { return }
+        if journalDropped > 0 && !reportJournalDropped() {
+            journalDropped += 1
+            return
         }
-        packed.withUnsafeMutableBytes { buf in
-            withUnsafeTemporaryAllocation(of: iovec.self, capacity: lengths.count) { iov in
-                var offset = 0
-                for (i, n) in lengths.enumerated() {
-                    iov[i] = iovec(iov_base: buf.baseAddress.map { $0 + offset }, iov_len: n)
-                    offset += n
-                }
-                _ = sd_journal_sendv(iov.baseAddress, Int32(lengths.count))
-            }
+        switch journal.send(datagram) {
+        case .sent: break
+        case .wouldBlock: noteJournalDrop(EAGAIN)
+        case .failed(let e): noteJournalDrop(e)
         }
+    }
+
+    private func noteJournalDrop(_ e: Int32) {
+        journalDropped += 1
+        journalDropErrno = e
+    }
+
+    /// Sends the warning counting the dropped records; true once journald took it.
+    /// It is logged whatever the level: the records it counts passed the level.
+    private func reportJournalDropped() -> Bool {
+        guard let journal else { return true }
+        let n = journalDropped
+        let count = n == 1 ? "1 log record dropped" : "\(n) log records dropped"
+        let cause = String(cString: strerror(journalDropErrno))
+        let message = journalDropErrno == EAGAIN ? "journald did not read its socket: " + count
+            : "journald was not reachable (\(cause)): " + count
+        let record = JournalEncoding.encode([("MESSAGE", message), ("PRIORITY", String(LogLevel.warning.syslogPriority)),
+                                             ("SYSLOG_IDENTIFIER", identifier), ("REASON", "journal_dropped"),
+                                             ("DROPPED", String(n)), ("DETAIL", cause)])
+        guard journal.send(record) == .sent else { return false }
+        journalDropped = 0
+        return true
     }
 
     private static func timestamp() -> String {

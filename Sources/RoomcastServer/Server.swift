@@ -179,6 +179,7 @@ public final class Server {
             runTimers(now: now)
             reapAndFlush(now: now)
             systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
+            logger.flushPending()  // log output journald or stderr did not take (never blocks)
             if stopping && (table.count == 0 || now >= stopDeadlineMs) { break }
         }
         finishStop()

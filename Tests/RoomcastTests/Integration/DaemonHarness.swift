@@ -66,6 +66,8 @@ final class NotifySocket: Sendable {
     private let received = Mutex<[Notification]>([])
     private let stopped = Mutex(false)
     private let paused = Mutex(false)
+    /// Set by the reading thread once it saw `paused` (it reads nothing more).
+    private let pauseSeen = Mutex(false)
 
     init(path: String) throws {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
@@ -90,6 +92,7 @@ final class NotifySocket: Sendable {
         var buffer = [UInt8](repeating: 0, count: 4096)
         while !stopped.withLock({ $0 }) {
             if paused.withLock({ $0 }) {
+                pauseSeen.withLock { $0 = true }
                 usleep(10_000)
                 continue
             }
@@ -109,7 +112,13 @@ final class NotifySocket: Sendable {
 
     /// Stops reading, like a PID 1 busy elsewhere: the socket stays bound, and
     /// its queue fills (`net.unix.max_dgram_qlen` datagrams) and stays full.
-    func pauseReading() { paused.withLock { $0 = true } }
+    /// Returns once the reading thread has stopped (it may take a datagram
+    /// that arrives meanwhile, none after the return).
+    func pauseReading() {
+        pauseSeen.withLock { $0 = false }
+        paused.withLock { $0 = true }
+        _ = waitUntil(.seconds(1)) { pauseSeen.withLock { $0 } }
+    }
 
     /// Reads again (what the kernel queued comes first).
     func resumeReading() { paused.withLock { $0 = false } }

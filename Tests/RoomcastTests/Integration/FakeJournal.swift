@@ -84,6 +84,8 @@ final class FakeJournal: Sendable {
     private let malformed = Mutex<[String]>([])
     private let stopped = Mutex(false)
     private let paused = Mutex(false)
+    /// Set by the reading thread once it saw `paused` (it reads nothing more).
+    private let pauseSeen = Mutex(false)
 
     init() throws {
         var template = Array("/tmp/roomcast-journal-XXXXXX".utf8CString)
@@ -115,6 +117,7 @@ final class FakeJournal: Sendable {
         var buffer = [UInt8](repeating: 0, count: 512 * 1024)
         while !stopped.withLock({ $0 }) {
             if paused.withLock({ $0 }) {
+                pauseSeen.withLock { $0 = true }
                 usleep(10_000)
                 continue
             }
@@ -133,7 +136,13 @@ final class FakeJournal: Sendable {
     }
 
     func stop() { stopped.withLock { $0 = true } }
-    func pauseReading() { paused.withLock { $0 = true } }
+    /// Stops reading; returns once the reading thread has stopped (it may
+    /// take a datagram that arrives meanwhile, none after the return).
+    func pauseReading() {
+        pauseSeen.withLock { $0 = false }
+        paused.withLock { $0 = true }
+        _ = waitUntil(.seconds(1)) { pauseSeen.withLock { $0 } }
+    }
     func resumeReading() { paused.withLock { $0 = false } }
 
     /// Every record so far.

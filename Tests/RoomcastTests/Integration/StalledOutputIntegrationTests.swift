@@ -11,6 +11,11 @@ import Testing
 /// How long each test keeps its reader stalled, in seconds.
 private let stallSeconds = slowTestsEnabled ? 10 : 4
 
+/// Prints `text` when ROOMCAST_TEST_FIGURES is set (measurements for a report).
+func reportFigure(_ text: String) {
+    if ProcessInfo.processInfo.environment["ROOMCAST_TEST_FIGURES"] != nil { print(text) }
+}
+
 /// What `probeRelay` saw.
 struct RelayProbe: CustomStringConvertible {
     var sent = 0
@@ -68,7 +73,7 @@ func probeRelay(_ d: Daemon, from a: TestClient, to b: TestClient, seconds: Int)
         }
     }
     probe.gapsMs.append(monotonicMs() - last)
-    if ProcessInfo.processInfo.environment["ROOMCAST_TEST_FIGURES"] != nil { print("probe: \(probe)") }
+    reportFigure("probe: \(probe)")
     return probe
 }
 
@@ -101,5 +106,54 @@ struct StalledOutputIntegrationTests {
         pause(.milliseconds(1_000))
         let recent = d.notify.all.filter { $0.lines.contains("WATCHDOG=1") && $0.atMs >= monotonicMs() - 600 }
         #expect(recent.count >= 3, "\(recent.count) WATCHDOG=1 in the last 600 ms")
+    }
+
+    @Test("journald does not read its socket: relaying goes on; once it reads, one warning counts the records dropped; the records are well-formed native protocol")
+    func busyJournald() throws {
+        let journal = try FakeJournal()
+        let d = try Daemon(["log.target": "journal"], journal: journal)
+        let a = try d.connect(), b = try d.connect()
+        // A value with a newline goes in the binary form (the room name of a join).
+        let multi = try d.connect()
+        try multi.send(Wire.join(Wire.user("m", room: "two\nlines")))
+        let joined = try #require(journal.wait { $0.value("ROOM") == "two\nlines" })
+        #expect(joined.fields.first { $0.name == "ROOM" }?.binary == true)
+        #expect(joined.fields.first { $0.name == "MESSAGE" }.map { $0.binary && String(decoding: $0.value, as: UTF8.self).hasPrefix("m joined two\nlines (") } == true,
+                "\(joined.fields)")
+        let binaryROOM = Array("ROOM\n".utf8) + [9, 0, 0, 0, 0, 0, 0, 0] + Array("two\nlines\n".utf8)
+        #expect(joined.raw.indices.contains { joined.raw[$0...].starts(with: binaryROOM) }, "ROOM in the binary form, byte for byte")
+        #expect(joined.value("PRIORITY") == "7" && joined.value("SYSLOG_IDENTIFIER") == "roomcastd" && joined.value("USER_NAME") == "m")
+
+        journal.pauseReading()
+        defer { journal.resumeReading() }
+        // A burst of debug records fills the socket's queue at once.
+        let flooder = try d.connect(awaitAccept: false)
+        try flooder.sendRaw((0..<300).flatMap { Wire.join(Wire.user("flood", room: "f\($0 % 2)")) })
+        let probe = try probeRelay(d, from: a, to: b, seconds: stallSeconds)
+        #expect(probe.maxGapMs <= 500, "\(probe)")
+        #expect(!probe.acceptMs.isEmpty && probe.acceptMs.allSatisfy { $0 != nil && $0! <= 1_000 }, "\(probe)")
+
+        let resumed = journal.all.count
+        let resumedAt = monotonicMs()
+        journal.resumeReading()
+        let warning = journal.wait(from: resumed, timeout: .seconds(5)) { $0.value("REASON") == "journal_dropped" }
+        let dropped = warning?.value("DROPPED").flatMap(Int.init) ?? 0
+        reportFigure("journal: \(warning?.message ?? "no warning"), arrived \(warning.map { $0.atMs - resumedAt } ?? -1) ms after reading again")
+        let count = dropped == 1 ? "1 log record dropped" : "\(dropped) log records dropped"
+        #expect(dropped > 0 && warning?.message == "journald did not read its socket: " + count, "\(warning?.fields ?? [])")
+        #expect(warning?.value("PRIORITY") == "4")
+        // Logging goes on after it.
+        let late = try d.connect()
+        #expect(journal.all.contains { $0.message == "client connected" && $0.value("CLIENT_ADDR") == late.address && $0.index > warning?.index ?? .max })
+
+        // A peer warning carries REASON; every record is parsable with valid names.
+        try late.send(Wire.frame(Wire.text, [0xFF]))
+        let bad = journal.wait { $0.value("REASON") == "bad_frame" }
+        #expect(bad?.value("PRIORITY") == "4" && bad?.value("CLIENT_ADDR") == late.address && bad?.value("FRAME_TYPE") == "2", "\(bad?.fields ?? [])")
+        #expect(journal.malformedDatagrams.isEmpty, "\(journal.malformedDatagrams)")
+        let names = Set(journal.all.flatMap { $0.fields.map(\.name) })
+        #expect(names.allSatisfy(isValidJournalFieldName), "\(names.sorted())")
+        #expect(journal.all.allSatisfy { $0.value("MESSAGE") != nil && $0.value("SYSLOG_IDENTIFIER") == "roomcastd" && $0.value("PRIORITY").flatMap(Int.init).map { (0...7).contains($0) } == true })
+        #expect(d.stderr.current.isEmpty, "nothing on stderr: \(d.stderr.current)")
     }
 }
