@@ -41,8 +41,10 @@ public enum LogSink: Equatable, Sendable {
 }
 
 /// The daemon's logger: records with a level, a message and structured
-/// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names must be valid
-/// journal field names (A-Z, 0-9, _; journald silently drops others).
+/// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names should be
+/// valid journal field names (A-Z, 0-9, _; others are made valid before
+/// journald would drop them, `JournalEncoding.fieldName`). Writing never
+/// waits (issue 11): see `JournalSocket` and `StderrOutput`.
 /// Single-threaded, like everything driven by the event loop.
 public final class Logger {
     /// Records below this level are discarded.
@@ -55,8 +57,8 @@ public final class Logger {
     let rateBurst = 10
     /// The window of `rateBurst`, in ms.
     let rateWindowMs: UInt64
-    /// Where `.stderr` lines are written (2; a pipe in tests).
-    private let outputFD: Int32
+    /// Where `.stderr` lines are written (2; a pipe in tests), without waiting.
+    private let output: StderrOutput?
     /// The `.journal` sink's socket.
     private let journal: JournalSocket?
     /// Records journald did not take (its queue full, or not reachable)
@@ -75,16 +77,27 @@ public final class Logger {
         self.sink = sink
         self.identifier = identifier
         self.rateWindowMs = rateWindowMs
-        self.outputFD = outputFD
-        self.journal = sink == .journal ? JournalSocket(path: journalPath) : nil
+        if case .journal = sink {
+            self.journal = JournalSocket(path: journalPath)
+            self.output = nil
+        } else {
+            self.journal = nil
+            self.output = StderrOutput(fd: outputFD)
+        }
     }
 
-    /// Retries what could not be written without waiting: the count of
+    /// Whether something waits for `flushPending`.
+    private var owed: Bool {
+        journalDropped > 0 || output.map { $0.pending > 0 || $0.dropped > 0 } == true
+    }
+
+    /// Retries what could not be written without waiting: stderr's backlog
+    /// and the count of lines dropped, once stderr takes them; the count of
     /// records journald dropped, once it reads again. The event loop calls
-    /// it every iteration; it costs a comparison when nothing is owed.
-    @inline(__always)
+    /// it every iteration; it costs a few comparisons when nothing is owed.
     public func flushPending() {
         if journalDropped > 0 { _ = reportJournalDropped() }
+        if let output, output.pending > 0 || output.dropped > 0 { flushStderr(output) }
     }
 
     /// At exit: retries what `flushPending` retries every 10 ms for up to
@@ -93,9 +106,20 @@ public final class Logger {
         let deadline = monotonicMilliseconds() + timeoutMs
         while true {
             flushPending()
-            if journalDropped == 0 || monotonicMilliseconds() >= deadline { return }
+            if !owed || monotonicMilliseconds() >= deadline { return }
             usleep(10_000)
         }
+    }
+
+    /// Writes stderr's backlog; once it is out, the count of lines dropped
+    /// (logged whatever the level: the lines it counts passed the level).
+    private func flushStderr(_ output: StderrOutput) {
+        output.flush()
+        guard output.pending == 0, output.dropped > 0 else { return }
+        let n = output.dropped
+        output.dropped = 0
+        output.write(Array(line(.warning, "stderr was not read: " + (n == 1 ? "1 log line dropped" : "\(n) log lines dropped"),
+                                ["DROPPED": String(n)], reason: "stderr_dropped").utf8))
     }
 
     @inline(__always)
@@ -162,27 +186,26 @@ public final class Logger {
             if let reason { entries.append(("REASON", reason)) }
             for (k, v) in fields { entries.append((k, v)) }
             sendJournal(JournalEncoding.encode(entries))
-        case .stderr(let prefix):
-            // One record, one line: text from peers (room and user names) is
-            // escaped, so a client cannot forge log lines (journald keeps the
-            // fields binary-safe instead).
-            var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
-            line += Self.escaped(message)
-            if let reason { line += " REASON=" + reason }
-            for (k, v) in fields {
-                let value = Self.escaped(v)
-                line += " " + k + "=" + (v.contains(" ") || v.contains("\"") || v.isEmpty ? "\"" + value + "\"" : value)
-            }
-            line += "\n"
-            var bytes = Array(line.utf8)
-            bytes.withUnsafeMutableBytes { buf in
-                var off = 0
-                while off < buf.count {
-                    let n = write(outputFD, buf.baseAddress! + off, buf.count - off)
-                    if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { break }
-                }
-            }
+        case .stderr:
+            guard let output else { return }
+            if output.pending > 0 || output.dropped > 0 { flushStderr(output) }
+            output.write(Array(line(level, message, fields, reason: reason).utf8))
         }
+    }
+
+    /// A record as one `.stderr` line, newline included: text from peers
+    /// (room and user names) is escaped, so a client cannot forge log lines
+    /// (journald keeps the fields binary-safe instead).
+    private func line(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String?) -> String {
+        guard case .stderr(let prefix) = sink else { return "" }
+        var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
+        line += Self.escaped(message)
+        if let reason { line += " REASON=" + reason }
+        for (k, v) in fields {
+            let value = Self.escaped(v)
+            line += " " + k + "=" + (v.contains(" ") || v.contains("\"") || v.isEmpty ? "\"" + value + "\"" : value)
+        }
+        return line + "\n"
     }
 
     /// `text` on one line: JSON's escaping (`\\`, `\"`, `\n`, `\u001b`, ...)

@@ -26,7 +26,6 @@ public struct Systemd {
     /// Retries notifications that found no room. The event loop calls it
     /// every iteration: a branch when nothing is pending, else one sendto(2)
     /// per datagram until the socket's queue is full again.
-    @inline(__always)
     public func flushPending() {
         if let channel, channel.hasPending { channel.flush() }
     }

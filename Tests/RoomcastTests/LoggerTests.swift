@@ -185,3 +185,51 @@ struct JournalEncodingTests {
                 == ["journald was not reachable (No such file or directory): 1 log record dropped", "two"])
     }
 }
+
+@Suite("Logger: a stderr nobody reads never blocks; lines wait in a bounded backlog, the rest are counted")
+struct StderrBacklogTests {
+    @Test("stderr is a stream socket (journald's) that is not read: each record returns at once; the kept lines come whole, then the count")
+    func socketNotRead() throws {
+        var fds: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        // A blocking write would wait 200 ms and give up (so that the test
+        // fails instead of hanging on a logger that waits).
+        var tv = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fds[1], SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var small: Int32 = 4096
+        setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        let logger = Logger(level: .info, sink: .stderr(syslogPrefix: true), outputFD: fds[1])
+        let total = 2_000
+        var slowest: UInt64 = 0
+        for i in 0..<total {
+            let start = monotonicMilliseconds()
+            logger.info("line \(i) " + String(repeating: "x", count: 80))
+            slowest = max(slowest, monotonicMilliseconds() - start)
+            if slowest > 100 { break }
+        }
+        #expect(slowest <= 100, "a log call waited \(slowest) ms for stderr")
+
+        // Read it all, letting the logger write what waits.
+        _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        for _ in 0..<200 {
+            while case let n = buffer.withUnsafeMutableBytes({ read(fds[0], $0.baseAddress, $0.count) }), n > 0 { text += buffer[0..<n] }
+            logger.flushPending()
+        }
+        logger.info("after")
+        while case let n = buffer.withUnsafeMutableBytes({ read(fds[0], $0.baseAddress, $0.count) }), n > 0 { text += buffer[0..<n] }
+        let lines = String(decoding: text, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines.last == "", "ends with a whole line")
+        let kept = lines.filter { $0.hasPrefix("<6>line ") }
+        #expect(kept.enumerated().allSatisfy { $0.element == "<6>line \($0.offset) " + String(repeating: "x", count: 80) }, "whole lines, in order, none skipped before the drops")
+        let notice = try #require(lines.first { $0.hasPrefix("<4>stderr was not read: ") }, "\(lines.suffix(3))")
+        let dropped = notice.split(separator: " ").first { $0.hasPrefix("DROPPED=") }.flatMap { Int($0.dropFirst(8)) } ?? 0
+        #expect(notice == "<4>stderr was not read: \(dropped) log lines dropped REASON=stderr_dropped DROPPED=\(dropped)")
+        #expect(dropped > 0 && kept.count + dropped == total, "\(kept.count) kept, \(dropped) dropped")
+        let keptBytes = kept.reduce(0) { $0 + $1.utf8.count + 1 }
+        #expect(keptBytes >= StderrOutput.backlogLimit - 100, "the backlog's worth (less than a line) was kept: \(keptBytes) bytes")
+        #expect(Array(lines.suffix(3)) == [notice, "<6>after", ""], "the count comes after the kept lines, before the next")
+    }
+}

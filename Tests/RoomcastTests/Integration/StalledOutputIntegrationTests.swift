@@ -156,4 +156,51 @@ struct StalledOutputIntegrationTests {
         #expect(journal.all.allSatisfy { $0.value("MESSAGE") != nil && $0.value("SYSLOG_IDENTIFIER") == "roomcastd" && $0.value("PRIORITY").flatMap(Int.init).map { (0...7).contains($0) } == true })
         #expect(d.stderr.current.isEmpty, "nothing on stderr: \(d.stderr.current)")
     }
+
+    @Test("stderr is a pipe nobody reads: relaying goes on; once it is read, the lines are whole, then a count of those dropped")
+    func stalledStderr() throws {
+        let d = try Daemon()
+        let a = try d.connect(), b = try d.connect()
+        d.stderr.pauseReading()
+        defer { d.stderr.resumeReading() }
+        // 3,000 joins log about 300 KB of debug lines: the 64 KiB pipe and the
+        // daemon's 64 KiB backlog fill, the rest is counted.
+        let flooder = try d.connect(awaitAccept: false)
+        try flooder.sendRaw((0..<3_000).flatMap { Wire.join(Wire.user("flood", room: "f\($0 % 2)")) })
+        let probe = try probeRelay(d, from: a, to: b, seconds: stallSeconds)
+        #expect(probe.maxGapMs <= 500, "\(probe)")
+        #expect(!probe.acceptMs.isEmpty && probe.acceptMs.allSatisfy { $0 != nil && $0! <= 1_000 }, "\(probe)")
+
+        d.stderr.resumeReading()
+        #expect(d.stderr.wait(forLineWith: ["REASON=stderr_dropped"], timeout: .seconds(5)))
+        let late = try d.connect()  // its 'client connected' line is awaited: logging goes on
+        let lines = d.stderr.current.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+        // Whole lines only: a line cut by a partial write was finished first.
+        let malformed = lines.filter { !isLogLine($0) }
+        #expect(malformed.isEmpty, "\(malformed.prefix(3))")
+        let notice = lines.firstIndex { $0.contains("REASON=stderr_dropped") }
+        let lastFlood = lines.lastIndex { $0.contains(" joined f") }
+        let lateLine = lines.firstIndex { $0.contains("client connected CLIENT_ADDR=\(late.address) ") }
+        if let notice, let lastFlood, let lateLine {
+            #expect(lastFlood < notice && notice < lateLine, "the count comes after what was kept and before what follows")
+            let text = lines[notice]
+            #expect(text.contains(" WARNING stderr was not read: ") && text.contains(" log lines dropped REASON=stderr_dropped DROPPED="), "\(text)")
+            let dropped = text.split(separator: " ").first { $0.hasPrefix("DROPPED=") }.flatMap { Int($0.dropFirst(8)) } ?? 0
+            let kept = lines.filter { $0.contains(" joined f") }.count
+            reportFigure("stderr: \(kept) join lines kept, \(dropped) lines dropped")
+            #expect(dropped > 0 && kept < 3_000 && kept + dropped >= 3_000, "\(kept) join lines kept + \(dropped) dropped")
+        } else {
+            Issue.record("missing: notice \(notice as Any), flood \(lastFlood as Any), late \(lateLine as Any)")
+        }
+    }
+}
+
+/// `2026-01-02 03:04:05.678 LEVEL text`: a whole line of the stderr log.
+private func isLogLine(_ line: String) -> Bool {
+    let b = Array(line.utf8)
+    guard b.count > 24 else { return false }
+    let digits = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
+    guard digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b[$0]) }) else { return false }
+    let rest = line.dropFirst(24)
+    return ["DEBUG ", "INFO ", "NOTICE ", "WARNING ", "ERROR "].contains { rest.hasPrefix($0) }
 }
