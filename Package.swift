@@ -15,7 +15,7 @@ let package = Package(
         // Glibc's Swift overlay lacks epoll, signalfd, timerfd, eventfd, accept4
         // and getopt_long (notes/swift-linux.md §2): one small C target for them.
         .target(name: "CShim"),
-        // libsystemd (sd_notify, sd_listen_fds, sd_watchdog_enabled, sd_journal_sendv).
+        // libsystemd (sd_listen_fds, sd_watchdog_enabled, sd_is_socket_inet; sd_notify only for vsock addresses).
         .systemLibrary(
             name: "CSystemd",
             pkgConfig: "libsystemd",

@@ -16,6 +16,14 @@ let exConfig: Int32 = 78
 
 setvbuf(stdout, nil, _IOLBF, 0)
 
+/// Gives notifications still waiting for a busy PID 1, and log output
+/// journald did not take, half a second each to get out before the process
+/// exits (the event loop never waits for them).
+func flushBeforeExit(_ systemd: Systemd, _ logger: Logger? = nil) {
+    systemd.flushBeforeExit(timeoutMs: 500)
+    logger?.flushBeforeExit(timeoutMs: 500)
+}
+
 func fail(_ message: String, status: Int32) -> Never {
     fputs("roomcastd: \(message)\n", stderr)
     exit(status)
@@ -47,6 +55,7 @@ do {
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
+    flushBeforeExit(systemd)
     fail(error.description, status: exConfig)
 }
 
@@ -69,10 +78,13 @@ if invocation.checkConfig {
     exit(0)
 }
 
-let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target))
+// ROOMCAST_JOURNAL_SOCKET is for tests: a fake journald's socket instead of
+// /run/systemd/journal/socket (README.md, "Logs and fields").
+let journalPath = getenv("ROOMCAST_JOURNAL_SOCKET").map { String(cString: $0) } ?? LogSink.defaultJournalPath
+let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target, journalPath: journalPath), journalPath: journalPath)
 logger.info("roomcastd \(roomcastVersion) starting", ["CONFIG_FILE": invocation.configPath])
 if config.log.target == .journal, logger.sink != .journal {
-    logger.warning("log.target = journal, but journald is not reachable (/run/systemd/journal/socket); logging to stderr",
+    logger.warning("log.target = journal, but journald is not reachable (\(journalPath)); logging to stderr",
                    ["REASON": "journal_unavailable"])
 }
 
@@ -80,9 +92,12 @@ do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
                             systemd: systemd, logger: logger, signalFD: signalFD)
-    exit(try server.run())
+    let status = try server.run()
+    flushBeforeExit(systemd, logger)
+    exit(status)
 } catch {
     logger.error("fatal: \(error.description)", ["REASON": "fatal", "DETAIL": error.description])
     systemd.notify("STATUS=failed: \(error.description)\nERRNO=\(error.errno)")
+    flushBeforeExit(systemd, logger)
     exit(1)
 }
