@@ -179,7 +179,10 @@ final class ChildProcess {
     let stderr: PipeCollector
 
     /// Starts `executable` with exactly `environment` (the test process's
-    /// environment is never modified).
+    /// environment is never modified), and with SIGHUP, SIGINT and SIGTERM
+    /// unblocked, as systemd starts a service (it resets the signal mask):
+    /// `Process` passes the calling thread's mask on, and the threads Swift
+    /// Testing runs tests on block them.
     init(_ executable: URL, _ arguments: [String], environment: [String: String]) throws {
         let out = Pipe(), err = Pipe()
         process.executableURL = executable
@@ -188,6 +191,11 @@ final class ChildProcess {
         process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
         process.standardOutput = out
         process.standardError = err
+        var unblock = sigset_t(), old = sigset_t()
+        sigemptyset(&unblock)
+        for signal in [SIGHUP, SIGINT, SIGTERM] { sigaddset(&unblock, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, &old)
+        defer { pthread_sigmask(SIG_SETMASK, &old, nil) }
         try process.run()
         stdout = PipeCollector(out)
         stderr = PipeCollector(err)
@@ -274,8 +282,11 @@ final class Daemon {
     ///     so nothing is awaited. `port` is the first entry's.
     ///   - descriptorLimit: start it through `/bin/sh -c 'ulimit -Sn S && ulimit -Hn H && exec ...'`
     ///     (systemd's `LimitNOFILE=S:H`); the shell execs, so the PID is the daemon's.
+    ///   - afterSpawn: called with the daemon's PID as soon as it is
+    ///     spawned, before waiting for it to be ready (e.g. to signal it while it starts).
     init(_ settings: [String: String] = [:], environment: [String: String] = [:],
-         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: (soft: Int, hard: Int)? = nil) throws {
+         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: (soft: Int, hard: Int)? = nil,
+         afterSpawn: (Int32) -> Void = { _ in }) throws {
         directory = try TempDirectory()
         configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
         notify = try NotifySocket(path: directory.path + "/notify")
@@ -297,6 +308,7 @@ final class Daemon {
         } else {
             child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
         }
+        afterSpawn(child.pid)
         do {
             try waitUntilReady()
         } catch {
