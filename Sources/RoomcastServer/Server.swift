@@ -453,7 +453,7 @@ public final class Server {
             exceeded = "limits.bytes_per_second (\(formatSize(config.limits.bytesPerSecond)))"
         }
         guard let exceeded else { return true }
-        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)"), type: type, code: "rate_limit", now: now)
+        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)", code: .rateLimit), type: type, now: now)
         return false
     }
 
@@ -561,14 +561,15 @@ public final class Server {
         } else {
             return true
         }
-        handleRejected(id, relay.reject(id, reason: "json: " + problem), type: nil, code: "frame_too_large", now: now)
+        handleRejected(id, relay.reject(id, reason: "json: " + problem, code: .frameTooLarge), type: nil, now: now)
         return false
     }
 
     /// Logs a dropped frame and closes its sender at `max_violations`.
-    /// `type` is nil for JSON bodies; `code` is the log's REASON.
-    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, code: String = "bad_frame", now: UInt64) {
-        guard case .rejected(let reason, let violations, let disconnect) = event else { return }
+    /// `type` is nil for JSON bodies; the event's code is the log's REASON.
+    private func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, now: UInt64) {
+        guard case .rejected(let reason, let violations, let disconnect, let kind) = event else { return }
+        let code = kind.rawValue
         let address = table.slots[id]!.address
         let max = config.protocol.maxViolations
         let what = (code == "bad_frame" ? "bad " : "") + (type.map { "frame of type \($0)" } ?? "JSON frame")
@@ -960,6 +961,7 @@ extension RelaySettings {
     public init(_ config: Config) {
         self.init(byteOrder: config.protocol.byteOrder, joinType: config.protocol.joinType, leaveType: config.protocol.leaveType,
                   heartbeatType: config.protocol.heartbeatType, echo: config.protocol.echo, validate: config.protocol.validate,
-                  maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom)
+                  maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom,
+                  maxRoomBytes: config.protocol.maxRoomBytes)
     }
 }
