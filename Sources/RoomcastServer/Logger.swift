@@ -122,7 +122,14 @@ public final class Logger {
              ["REASON": reason])
     }
 
+    /// Longest message or field value written, in bytes: the last line of
+    /// defence against peer-supplied text the call site did not shorten to
+    /// `logClipBytes` with `clipForLog` (longer ones are cut the same way).
+    public static let maxValueBytes = 4096
+
     private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String? = nil) {
+        let message = clipForLog(message, maxBytes: Self.maxValueBytes)
+        let fields = fields.map { ($0.key, clipForLog($0.value, maxBytes: Self.maxValueBytes)) }
         switch sink {
         case .journal:
             var entries = ["MESSAGE=" + message, "PRIORITY=\(level.syslogPriority)", "SYSLOG_IDENTIFIER=" + identifier]

@@ -529,7 +529,7 @@ public final class Server {
             type = s.leaveType
             frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
         case .success(.unknown(let cmd)):
-            logger.debug("ignoring unknown JSON command '\(cmd)'", ["CLIENT_ADDR": table.slots[id]!.address])
+            logger.debug("ignoring unknown JSON command '\(clipForLog(cmd))'", ["CLIENT_ADDR": table.slots[id]!.address])
             return
         }
         let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table) }
@@ -585,8 +585,10 @@ public final class Server {
         let address = table.slots[id]!.address
         switch event {
         case .joined(let name, let room, let n):
+            let (name, room) = (clipForLog(name), clipForLog(room))
             logger.debug("\(name) joined \(room) (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room, "USER_NAME": name])
         case .left(let room, let n):
+            let room = room.map { clipForLog($0) }
             logger.debug("client left \(room ?? "no room") (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room ?? ""])
         default:
             break
