@@ -142,6 +142,13 @@ public struct UserInfo: Equatable, Sendable {
         writer.writeVarint(UInt64(serializedSize))
         write(to: &writer)
     }
+
+    /// Equal when the fields are, strings byte for byte (proto2 strings are
+    /// bytes on the wire; `String ==` would make NFC and NFD spellings of a
+    /// name or room equal, see PeerText.swift).
+    public static func == (a: UserInfo, b: UserInfo) -> Bool {
+        a.level == b.level && sameBytes(a.name, b.name) && sameBytes(a.iconURL, b.iconURL) && sameBytes(a.room, b.room)
+    }
 }
 
 /// A text message (PROTOCOL.md §2 type 2, §3).
@@ -182,6 +189,11 @@ public struct ChatMessage: Equatable, Sendable {
         user.write(field: 1, to: &writer)
         writer.writeString(2, text)
         return writer.bytes
+    }
+
+    /// Equal when the fields are, strings byte for byte (see `UserInfo.==`).
+    public static func == (a: ChatMessage, b: ChatMessage) -> Bool {
+        a.user == b.user && sameBytes(a.text, b.text)
     }
 }
 
@@ -237,6 +249,11 @@ public struct GiftMessage: Equatable, Sendable {
         writer.writeString(3, giftURL)
         writer.writeInt32(4, giftcount)
         return writer.bytes
+    }
+
+    /// Equal when the fields are, strings byte for byte (see `UserInfo.==`).
+    public static func == (a: GiftMessage, b: GiftMessage) -> Bool {
+        a.user == b.user && sameBytes(a.giftname, b.giftname) && sameBytes(a.giftURL, b.giftURL) && a.giftcount == b.giftcount
     }
 }
 

@@ -54,6 +54,33 @@ private func user(_ name: String, room: String? = "stage") -> UserInfo {
         #expect(alice.disconnects == 0 && bob.disconnects == 0)
     }
 
+    @Test("names and rooms that only look alike (café NFC/NFD) are different users and rooms for the client too")
+    func lookAlikeNamesAndRoomsDiffer() throws {
+        let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+        // Events and statuses compare through UserInfo: byte for byte.
+        #expect(ClientEvent.join(user(nfc)) != .join(user(nfd)))
+        #expect(ClientEvent.join(user("a", room: nfc)) != .join(user("a", room: nfd)))
+        #expect(ClientStatus.joined(user("a", room: nfc)) != .joined(user("a", room: nfd)))
+        #expect(ClientEvent.text(ChatMessage(user: user("a"), text: nfc)) != .text(ChatMessage(user: user("a"), text: nfd)))
+
+        let daemon = try TestDaemon()
+        let loop = try EventLoop()
+        let alice = RecordingClient(loop: loop, configuration: testConfiguration(daemon))
+        let bob = RecordingClient(loop: loop, configuration: testConfiguration(daemon))
+        alice.client.connect()
+        bob.client.connect()
+        try alice.client.join(user("alice", room: nfc))
+        try bob.client.join(user("bob", room: nfd))
+        try #require(try loop.run(timeoutMs: 5_000) {
+            alice.events.contains(.join(user("alice", room: nfc))) && bob.events.contains(.join(user("bob", room: nfd)))
+        })
+        try alice.client.sendText("nfc only")
+        try bob.client.sendText("nfd only")
+        try loop.run(timeoutMs: 500) { false }
+        #expect(alice.events == [.join(user("alice", room: nfc)), .text(ChatMessage(user: user("alice", room: nfc), text: "nfc only"))])
+        #expect(bob.events == [.join(user("bob", room: nfd)), .text(ChatMessage(user: user("bob", room: nfd), text: "nfd only"))])
+    }
+
     @Test func reconnectsAfterDaemonRestartAndRejoins() throws {
         let config = "[heartbeat]\ntimeout = 2s\ntick = 20ms\n"
         var daemon: TestDaemon? = try TestDaemon(config: config)
