@@ -1,5 +1,5 @@
 // swift-tools-version:6.0
-// roomcast: a one-thread epoll chat-room relay daemon (see README.md, PROTOCOL.md).
+// roomcast: a one-thread epoll chat-room relay daemon (see README.md, docs/protocol.md).
 import PackageDescription
 
 let package = Package(
@@ -13,7 +13,7 @@ let package = Package(
     ],
     targets: [
         // Glibc's Swift overlay lacks epoll, signalfd, timerfd, eventfd, accept4
-        // and getopt_long (notes/swift-linux.md §2): one small C target for them.
+        // and getopt_long: one small C target for them.
         .target(name: "CShim"),
         // roomcastd's alone: blocks SIGTERM, SIGINT and SIGHUP from an ELF
         // initializer, before the Swift runtime starts (a SIGHUP in the first
@@ -45,7 +45,7 @@ let package = Package(
         // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
         .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
-        // libFuzzer targets (`make fuzz`, notes/swift-linux.md §7): each one file
+        // libFuzzer targets (`make fuzz`): each one file
         // holding only LLVMFuzzerTestOneInput; a plain build makes no-op binaries.
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),

@@ -158,7 +158,7 @@ public struct Config: Equatable, Sendable {
         public var maxClientsPerIP: Int
     }
 
-    /// `[protocol]` (PROTOCOL.md §1, §2).
+    /// `[protocol]` (docs/protocol.md §1, §2).
     public struct ProtocolSettings: Equatable, Sendable {
         /// `byte_order`: `little` (default) or `big`.
         public var byteOrder: ByteOrder
@@ -234,15 +234,15 @@ public struct Config: Equatable, Sendable {
         public var statsIntervalMs: UInt64
     }
 
-    /// `[json]`: the second listener protocol, seed 002's JSON chat room
-    /// (PROTOCOL.md §7): frames of a u32 little-endian length and a JSON body.
+    /// `[json]`: the second listener protocol, the JSON chat room
+    /// (docs/protocol.md §7): frames of a u32 little-endian length and a JSON body.
     public struct JSON: Equatable, Sendable {
         /// `listen`, repeatable; none by default, so the listener is off.
         public var listen: [ListenAddress]
         /// `max_frame_bytes`: largest accepted JSON body, 1 ... 1G. Default 64K.
         public var maxFrameBytes: Int
         /// `heartbeat_timeout`: close a JSON client silent this long; 0 = never
-        /// (default: seed 002's clients send no heartbeat).
+        /// (default: JSON clients send no heartbeat).
         public var heartbeatTimeoutMs: UInt64
         /// `tcp_keepalive`: idle time before TCP keepalive probes on JSON
         /// connections, so dead peers are still found; 0 = off. Default 60s.

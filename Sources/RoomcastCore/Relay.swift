@@ -11,16 +11,16 @@ public protocol FrameSink: AnyObject {
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int
 }
 
-/// The relay rules that can change on reload (PROTOCOL.md §2-§4).
+/// The relay rules that can change on reload (docs/protocol.md §2-§4).
 public struct RelaySettings: Equatable, Sendable {
     public var byteOrder: ByteOrder
     public var joinType: UInt16
     public var leaveType: UInt16
     public var heartbeatType: UInt16
-    /// Text (2) and gift (3) are fixed by seed 000's `MsgType`.
+    /// Text (2) and gift (3) are fixed (docs/protocol.md §2).
     public var textType: UInt16 = 2
     public var giftType: UInt16 = 3
-    /// Send frames back to their sender too (PROTOCOL.md §4).
+    /// Send frames back to their sender too (docs/protocol.md §4).
     public var echo: Bool
     /// Check join/leave/text/gift bodies against the proto2 schema (§3).
     public var validate: Bool
@@ -99,7 +99,7 @@ public enum RelayEvent: Equatable, Sendable {
 }
 
 /// Rooms, memberships and the per-connection session state (identity from
-/// join, violation count) — the relay policy of PROTOCOL.md §2-§4, with no
+/// join, violation count) — the relay policy of docs/protocol.md §2-§4, with no
 /// syscalls. Connection ids are small dense integers (slot indices) chosen
 /// by the caller; every operation is O(1) except broadcasts, which are
 /// O(room members).
@@ -171,7 +171,7 @@ public struct Relay {
     }
 
     /// A newly accepted connection: it becomes a member of the default room
-    /// (seed clients receive the room's traffic before they join, §4).
+    /// (clients receive the room's traffic before they join, §4).
     public mutating func connect(_ id: Int) {
         precondition(id >= 0)
         if id >= sessions.count {
@@ -245,7 +245,7 @@ public struct Relay {
     }
 
     /// Counts a bad frame that the caller rejected itself (e.g. a malformed
-    /// JSON body, PROTOCOL.md §7), exactly like a bad proto2 body.
+    /// JSON body, docs/protocol.md §7), exactly like a bad proto2 body.
     public mutating func reject(_ id: Int, reason: String, code: RejectionCode = .badFrame) -> RelayEvent {
         violation(id, reason, code)
     }

@@ -44,7 +44,7 @@ public enum LogSink: Equatable, Sendable {
 /// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names should be
 /// valid journal field names (A-Z, 0-9, _; others are made valid before
 /// journald would drop them, `JournalEncoding.fieldName`). Writing never
-/// waits (issue 11): see `JournalSocket` and `StderrOutput`.
+/// waits : see `JournalSocket` and `StderrOutput`.
 /// Single-threaded, like everything driven by the event loop.
 public final class Logger {
     /// Records below this level are discarded.

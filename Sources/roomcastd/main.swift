@@ -10,7 +10,7 @@ import RoomcastServer
 // would kill a daemon signalled while starting). Asking for that mask keeps
 // its object linked; block them here too (a no-op then), before anything can
 // start a thread, and take them through a signalfd in the event loop
-// (notes/swift-linux.md §2). SIGPIPE never kills the process: sends use
+// (signalfd(2)). SIGPIPE never kills the process: sends use
 // MSG_NOSIGNAL, and it is ignored.
 let earlyBlocked = roomcastd_early_blocked_signals()
 let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, 0])
@@ -57,7 +57,8 @@ if invocation.showVersion {
     exit(0)
 }
 
-// systemd's environment is read once, before anything else (notes/systemd.md §7).
+// systemd's environment is read once, before anything else (sd_listen_fds(3)
+// unsets LISTEN_*; getenv(3) is not thread-safe).
 let systemd = Systemd.fromEnvironment()
 
 var config: Config

@@ -14,7 +14,7 @@ final class RecordingSink: FrameSink {
     func reset() { deliveries.removeAll() }
 }
 
-/// The relay policy (PROTOCOL.md §2-§4) without sockets.
+/// The relay policy (docs/protocol.md §2-§4) without sockets.
 @Suite struct RelayTests {
     static func user(_ name: String, room: String? = nil) -> UserInfo {
         UserInfo(level: 3, name: name, iconURL: "https://x/\(name).png", room: room)
@@ -60,7 +60,7 @@ final class RecordingSink: FrameSink {
         #expect(sink.deliveries.isEmpty)
     }
 
-    @Test("a control type set to text's or gift's takes its place (seed 001: heartbeat 1, login 3)")
+    @Test("a control type set to text's or gift's takes its place (other clients: heartbeat 1, login 3)")
     func controlTypesTakePrecedence() {
         var relay = Relay(settings: RelaySettings(joinType: 3, leaveType: 4, heartbeatType: 2))
         let sink = RecordingSink()

@@ -303,7 +303,7 @@ final class Daemon {
     /// The listening host and port (from the log line `listening on HOST:PORT`).
     private(set) var host = ""
     private(set) var port: UInt16 = 0
-    /// The port of the `[json]` listener (PROTOCOL.md §7), when configured.
+    /// The port of the `[json]` listener (docs/protocol.md §7), when configured.
     private(set) var jsonPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then

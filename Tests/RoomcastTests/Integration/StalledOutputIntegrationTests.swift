@@ -1,4 +1,4 @@
-// Issue 11, item 1: a busy systemd, a journald that does not read its socket
+// A busy systemd, a journald that does not read its socket
 // or a stderr nobody reads must not freeze the rooms. Each test stalls one
 // reader, measures a text relayed every 100 ms and a newcomer accepted every
 // second while it is stalled, then lets it read again and checks what arrives.
@@ -77,7 +77,7 @@ func probeRelay(_ d: Daemon, from a: TestClient, to b: TestClient, seconds: Int)
     return probe
 }
 
-@Suite("A stalled systemd, journald or stderr does not freeze the rooms (issue 11)", .serialized)
+@Suite("A stalled systemd, journald or stderr does not freeze the rooms ", .serialized)
 struct StalledOutputIntegrationTests {
     @Test("NOTIFY_SOCKET stops being read after READY=1: relaying and accepting go on; the newest STATUS and WATCHDOG=1 arrive once it is read")
     func busySystemd() throws {
