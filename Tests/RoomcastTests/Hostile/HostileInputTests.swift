@@ -6,7 +6,7 @@ import Glibc
 import RoomcastCore
 import Testing
 
-@Suite("Hostile input (hostile input, cases 1-6)")
+@Suite("Hostile input (cases 1-6)")
 struct HostileInputTests {
     // MARK: 1. Other protocols on the port
 

@@ -5,7 +5,7 @@ import Glibc
 import RoomcastCore
 import Testing
 
-@Suite("Hostile lifecycle (hostile input, case 11)")
+@Suite("Hostile lifecycle (case 11)")
 struct HostileLifecycleTests {
     @Test("11. with the port already taken the daemon exits non-zero within 5 s and never sends READY=1")
     func portTaken() throws {
@@ -48,7 +48,7 @@ struct SanitizerReportTests {
     }
 }
 
-@Suite("Hostile lifecycle (hostile input, cases 11-13; slow)", .serialized, .enabled(if: slowTestsEnabled))
+@Suite("Hostile lifecycle (cases 11-13; slow)", .serialized, .enabled(if: slowTestsEnabled))
 struct HostileLifecycleSlowTests {
     // MARK: 11. Readiness
 

@@ -8,7 +8,7 @@ import Glibc
 import RoomcastCore
 import Testing
 
-@Suite("Hostile resources (hostile input, cases 7-10; slow)", .serialized, .enabled(if: slowTestsEnabled))
+@Suite("Hostile resources (cases 7-10; slow)", .serialized, .enabled(if: slowTestsEnabled))
 struct HostileResourceTests {
     // MARK: 7. Slow consumer
 
