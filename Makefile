@@ -111,7 +111,7 @@ test: deps
 
 # LeakSanitizer is told to ignore only what leaks inside XCTest and Foundation
 # (libFoundation and libFoundationEssentials: String(contentsOf:) in the tests)
-# (notes/swift-linux.md §7). The roomcastd the integration tests spawn is the
+# (XCTest and Foundation leak on purpose at exit). The roomcastd the integration tests spawn is the
 # ASan build too; a report on its stderr fails the test that ran it.
 test-asan: deps
 	@mkdir -p $(ASAN_BUILD)
@@ -233,7 +233,7 @@ export BENCH_BUILD
 
 .PHONY: bench bench-relay bench-plot bench-profile
 
-# Every workload of issues 5 and 12 against roomcastd, the C relay
+# Every workload of BENCHMARKS.md against roomcastd, the C relay
 # bench/ltb-relay.c (the practical limit) and Redis (installed if missing):
 # three repetitions, medians, one table with both ratios (about 15 minutes
 # plus the build; BENCH_QUICK=1: shorter runs, one repetition).

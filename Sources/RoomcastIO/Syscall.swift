@@ -80,12 +80,11 @@ package enum Sys {
         }
     }
 
-    /// read(2) into `buffer`; 0 bytes is `.endOfFile`.
+    /// `call` for a transfer (read, send): its errno becomes `.failed`.
     @inline(__always)
-    package static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> IOResult {
+    private static func transfer(_ name: StaticString, _ body: () -> Int) -> IOResult {
         do {
-            switch try call("read", { Glibc.read(fd, buffer, count) }) {
-            case .done(0): return .endOfFile
+            switch try call("\(name)", body) {
             case .done(let n): return .done(n)
             case .wouldBlock: return .wouldBlock
             }
@@ -94,16 +93,32 @@ package enum Sys {
         }
     }
 
+    /// read(2) into `buffer`; 0 bytes is `.endOfFile`.
+    @inline(__always)
+    package static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> IOResult {
+        let r = transfer("read") { Glibc.read(fd, buffer, count) }
+        return r == .done(0) ? .endOfFile : r
+    }
+
     /// send(2) with MSG_NOSIGNAL: a vanished peer gives EPIPE, never SIGPIPE.
     @inline(__always)
     package static func send(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> IOResult {
-        do {
-            switch try call("send", { Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL)) }) {
-            case .done(let n): return .done(n)
-            case .wouldBlock: return .wouldBlock
-            }
-        } catch {
-            return .failed(error.errno)
+        transfer("send") { Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// One sendmsg(2) of `first` then `second` (a gather write; either may be
+    /// empty), with MSG_NOSIGNAL.
+    @inline(__always)
+    package static func send(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) -> IOResult {
+        if first.isEmpty { return send(fd, second.baseAddress!, second.count) }
+        if second.isEmpty { return send(fd, first.baseAddress!, first.count) }
+        var vectors = (iovec(iov_base: UnsafeMutableRawPointer(mutating: first.baseAddress), iov_len: first.count),
+                       iovec(iov_base: UnsafeMutableRawPointer(mutating: second.baseAddress), iov_len: second.count))
+        return withUnsafeMutableBytes(of: &vectors) { raw in
+            var message = msghdr()
+            message.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
+            message.msg_iovlen = 2
+            return transfer("sendmsg") { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
         }
     }
 

@@ -9,8 +9,14 @@ struct Outbox {
     var fd: Int32 = -1
     /// Its place in the selector, for write interest.
     var registration: Registration?
-    /// Bytes owed to the peer.
+    /// Bytes owed to the peer from earlier passes (what the kernel refused),
+    /// and frames of this pass that could not stay in the batch. Written
+    /// before the batch range.
     var queue = OutputQueue()
+    /// This pass's frames for it: bytes `batchStart..<batchEnd` of
+    /// `Fanout.batch` (none when equal). Reset by every flush.
+    var batchStart = 0
+    var batchEnd = 0
     /// The connection's state (written only by `ConnectionTable.transition`);
     /// nil for a free slot. Frames are queued only for `.open` and `.draining`.
     var state: ConnectionState?
@@ -25,24 +31,41 @@ struct Outbox {
     /// When the pending output first went above `output_soft_bytes` (nil: not above).
     var softSinceMs: UInt64?
 
-    /// Bytes queued and not yet written.
-    var pending: Int { queue.count }
+    /// Bytes owed and not yet written.
+    var pending: Int { queue.count + batchEnd - batchStart }
     /// Relayed frames are queued for it: in use and not closing.
     @inline(__always) var takesFrames: Bool { state == .open || state == .draining }
 }
 
-/// The relay's `FrameSink`: a broadcast appends the frame (encoded once;
-/// translated once for JSON recipients) to each recipient's output queue
-/// and puts the connection on the flush list for the single write at the
-/// end of the loop iteration (`Server.flush`). A recipient that would pass
-/// the hard output limit is closed, never written to again, and the
-/// broadcast goes on for everyone else (docs/protocol.md §6).
+/// The relay's `FrameSink`, built around one shared batch per loop pass
+/// (as the fastest relays do: uWebSockets' pub/sub, a minimal C relay):
 ///
-/// It owns the outboxes and the fan-out bookkeeping. It never changes a
-/// connection's state itself: it asks its table (`ConnectionTable.close`).
+/// - A broadcast stores the frame ONCE, at the end of `batch` (and its JSON
+///   form once, for JSON recipients), and gives each recipient a byte range
+///   of the batch: frames that follow each other in the batch extend the
+///   range, so a room's members hold one range for all of the pass's frames
+///   of their room, and nothing is copied per recipient.
+/// - At the end of the pass (`Server.flush`) each recipient gets one
+///   send(2) of its range (a gather write after its backlog, if it has
+///   one). Only what the kernel refuses is copied, into that recipient's
+///   own `queue`; then the batch is emptied for the next pass.
+/// - A recipient whose next frame is not adjacent to its range (another
+///   room's frames came between) has its range copied into its queue first,
+///   so order is kept.
+///
+/// A recipient that would pass the hard output limit is closed, never
+/// written to again, and the broadcast goes on for everyone else
+/// (docs/protocol.md §6). It owns the outboxes and the batch; it never
+/// changes a connection's state itself: it asks its table
+/// (`ConnectionTable.close`).
 final class Fanout: FrameSink {
     /// Output state per slot, same indices as `ConnectionTable.slots`.
     var outboxes: [Outbox] = []
+    /// Every frame relayed in this loop pass, each once (see the type's doc).
+    private(set) var batch = OutputQueue()
+    /// Batch capacity kept from one pass to the next, in bytes (a larger
+    /// one, after a burst of large frames, is given back).
+    static let retainedBatchBytes = 4 << 20
     /// Connections with output queued in this iteration.
     var flushList: [Int] = []
     /// A frame not delivered because of its size, for the server to log.
@@ -69,13 +92,6 @@ final class Fanout: FrameSink {
     /// The table the outboxes belong to: addresses and closes.
     weak var table: ConnectionTable?
 
-    /// Frames at least this large are written straight to an idle socket
-    /// (nothing queued for it) from the sender's buffer: the kernel's copy
-    /// is the only one, instead of one into the output queue first. Smaller
-    /// frames are queued and go out together, one write per connection per
-    /// loop iteration. In bytes.
-    static let directWriteBytes = 4096
-
     /// `limits.output_hard_bytes`.
     var outputHardBytes: Int
     /// Frames handed to connections (the "out" figure of STATUS).
@@ -92,9 +108,9 @@ final class Fanout: FrameSink {
 
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {
         let hard = outputHardBytes
-        var translation: [UInt8]?? = nil  // the JSON form, made at most once
+        let ltb = store(frame)
+        var json: Range<Int>?? = nil  // the JSON form in the batch, made at most once
         var overHard: [Int] = []
-        var failed: [(id: Int, errno: Int32)] = []
         var newlyQueued: [Int] = []
         // Rare paths record into locals: touching the class's properties in
         // the closure costs dynamic exclusivity checks on every delivery.
@@ -103,31 +119,25 @@ final class Fanout: FrameSink {
         let jsonLimit = jsonMaxFrameBytes
         var count = 0
         outboxes.withUnsafeMutableBufferPointer { boxes in
-            func put(_ bytes: UnsafeRawBufferPointer, _ m: Int) {
-                guard bytes.count <= hard else {
-                    tooLarge.append((m, bytes.count))
+            func put(_ range: Range<Int>, _ m: Int) {
+                let n = range.count
+                guard n <= hard else {
+                    tooLarge.append((m, n))
                     return
                 }
-                var rest = bytes
-                if bytes.count >= Self.directWriteBytes && boxes[m].queue.isEmpty {
-                    switch Sys.send(boxes[m].fd, bytes.baseAddress!, bytes.count) {
-                    case .done(let n):
-                        rest = UnsafeRawBufferPointer(rebasing: bytes[n...])
-                    case .failed(let e):
-                        failed.append((m, e))
-                        return
-                    case .wouldBlock, .endOfFile:
-                        break
-                    }
-                }
-                count += 1
-                boxes[m].recent = true
-                guard !rest.isEmpty else { return }
-                if boxes[m].pending + rest.count > hard {
+                if boxes[m].pending + n > hard {
                     overHard.append(m)
                     return
                 }
-                boxes[m].queue.append(rest)
+                count += 1
+                boxes[m].recent = true
+                if boxes[m].batchEnd == range.lowerBound && boxes[m].batchEnd > boxes[m].batchStart {
+                    boxes[m].batchEnd = range.upperBound  // the next frame of its run: no work at all
+                } else {
+                    if boxes[m].batchEnd > boxes[m].batchStart { self.keep(&boxes[m]) }
+                    boxes[m].batchStart = range.lowerBound
+                    boxes[m].batchEnd = range.upperBound
+                }
                 if !boxes[m].queued {
                     boxes[m].queued = true
                     newlyQueued.append(m)
@@ -135,18 +145,18 @@ final class Fanout: FrameSink {
             }
             for m in members where m != except && boxes[m].takesFrames {
                 if boxes[m].json {
-                    if translation == nil {
-                        var json = self.translate(frame, from: sender)
-                        if let j = json, j.count - JSONFrameCodec.headerSize > jsonLimit {
+                    if json == nil {
+                        var translated = self.translate(frame, from: sender)
+                        if let j = translated, j.count - JSONFrameCodec.headerSize > jsonLimit {
                             jsonTooLarge = j.count - JSONFrameCodec.headerSize
-                            json = nil
+                            translated = nil
                         }
-                        translation = .some(json)
+                        json = .some(translated.map { $0.withUnsafeBytes { self.store($0) } })
                     }
-                    guard let json = translation! else { continue }
-                    json.withUnsafeBytes { put($0, m) }
+                    guard let range = json! else { continue }
+                    put(range, m)
                 } else {
-                    put(frame, m)
+                    put(ltb, m)
                 }
             }
         }
@@ -157,40 +167,95 @@ final class Fanout: FrameSink {
             table?.close(m, "slow consumer: \(outboxes[m].pending) bytes pending, the next frame would exceed "
                          + "output_hard_bytes (\(formatSize(outputHardBytes)))", warning: "output_hard_limit")
         }
-        for (m, e) in failed { table?.close(m, SystemError("send", errno: e).description) }
         deliveries &+= UInt64(count)
         return count
     }
 
+    /// Appends `bytes` to the batch.
+    /// - Returns: where they are in it.
+    private func store(_ bytes: UnsafeRawBufferPointer) -> Range<Int> {
+        let start = batch.count
+        batch.append(bytes)
+        return start..<batch.count
+    }
+
+    /// Moves the batch range of `box` into its own queue (a copy), for when
+    /// its frames stop being adjacent or the kernel refused them.
+    @inline(never)
+    private func keep(_ box: inout Outbox) {
+        let range = box.batchStart..<box.batchEnd
+        batch.withReadableBytes { box.queue.append(UnsafeRawBufferPointer(rebasing: $0[range])) }
+        box.batchStart = 0
+        box.batchEnd = 0
+    }
+
+    /// The end of a loop pass: every recipient was flushed (or closed), so
+    /// no range points into the batch any more; it is emptied.
+    func endPass() {
+        assert(outboxes.allSatisfy { $0.batchStart == $0.batchEnd }, "a batch range outlived its pass")
+        batch.consume(batch.count, keepCapacity: Self.retainedBatchBytes)
+    }
+
     /// What one flush did.
-    enum Written {
-        /// Everything owed was written.
-        case all
-        /// The kernel refused the rest: `pending` bytes are still owed.
-        case partial(pending: Int)
+    enum Written: Equatable {
+        /// Nothing to do: nothing owed, or the connection is closing or gone.
+        case nothing
+        /// Everything owed was written. `hadBacklog`: its queue held bytes
+        /// refused in an earlier pass, so EPOLLOUT was armed for it (it is
+        /// armed exactly while the queue holds a backlog).
+        case all(hadBacklog: Bool, draining: Bool)
+        /// The kernel refused the rest: `pending` bytes are now in its queue.
+        /// `becameSlow`: the pending output just went above `softBytes`.
+        case partial(pending: Int, hadBacklog: Bool, becameSlow: Bool)
         /// send(2) failed with this errno.
         case failed(Int32)
     }
 
-    /// Writes what `id` is owed with as few send(2) calls as the kernel
-    /// allows (one, when it takes everything), under one exclusive access.
-    /// A drained queue keeps a small buffer for the next iteration (no
-    /// malloc per broadcast in steady state), and is noted for the sweep.
-    func write(_ id: Int, keepCapacity: Int) -> Written {
+    /// Writes what `id` is owed (its queue, then its batch range) with as
+    /// few send(2) calls as the kernel allows (one, when it takes
+    /// everything), under one exclusive access. What the kernel refuses of
+    /// the batch range is copied into the queue. A drained queue keeps up to
+    /// `keepCapacity` bytes of buffer for the next pass, and is noted for
+    /// the sweep. The slow-consumer clock (`softSinceMs`) starts when the
+    /// pending output goes above `softBytes` and stops when it is below.
+    func write(_ id: Int, keepCapacity: Int, softBytes: Int = .max, nowMs: UInt64 = 0) -> Written {
+        var retain = false
         let written: Written = outboxes.withUnsafeMutableBufferPointer { boxes in
             boxes[id].queued = false
+            guard let state = boxes[id].state, state != .closing, boxes[id].pending > 0 else { return .nothing }
             let fd = boxes[id].fd
+            let hadBacklog = !boxes[id].queue.isEmpty
             while boxes[id].pending > 0 {
-                let r = boxes[id].queue.withReadableBytes { Sys.send(fd, $0.baseAddress!, $0.count) }
+                let queued = boxes[id].queue.count
+                let range = boxes[id].batchStart..<boxes[id].batchEnd
+                let r = boxes[id].queue.withReadableBytes { q in
+                    self.batch.withReadableBytes { Sys.send(fd, q, UnsafeRawBufferPointer(rebasing: $0[range])) }
+                }
                 switch r {
-                case .done(let n): boxes[id].queue.consume(n, keepCapacity: keepCapacity)
-                case .failed(let e): return .failed(e)
-                case .wouldBlock, .endOfFile: return .partial(pending: boxes[id].pending)
+                case .done(let n):
+                    boxes[id].queue.consume(min(n, queued), keepCapacity: keepCapacity)
+                    boxes[id].batchStart += max(0, n - queued)
+                    if boxes[id].batchStart == boxes[id].batchEnd { (boxes[id].batchStart, boxes[id].batchEnd) = (0, 0) }
+                case .failed(let e):
+                    return .failed(e)
+                case .wouldBlock, .endOfFile:
+                    if !range.isEmpty { self.keep(&boxes[id]) }
+                    let pending = boxes[id].pending
+                    var becameSlow = false
+                    if pending <= softBytes {
+                        boxes[id].softSinceMs = nil
+                    } else if boxes[id].softSinceMs == nil {
+                        boxes[id].softSinceMs = nowMs
+                        becameSlow = true
+                    }
+                    return .partial(pending: pending, hadBacklog: hadBacklog, becameSlow: becameSlow)
                 }
             }
-            return .all
+            boxes[id].softSinceMs = nil
+            retain = boxes[id].queue.capacity > 0 && !boxes[id].retained
+            return .all(hadBacklog: hadBacklog, draining: state == .draining)
         }
-        if case .all = written { retainDrainedBuffer(id) }
+        if retain { retainDrainedBuffer(id) }
         return written
     }
 

@@ -1,25 +1,30 @@
-import CSystemd
 import Glibc
 import RoomcastCore
+import RoomcastIO
 
 /// Where log records go.
 public enum LogSink: Equatable, Sendable {
-    /// journald's native protocol (`sd_journal_sendv`) with structured fields.
+    /// journald's native protocol with structured fields, sent without
+    /// waiting (`JournalSocket`).
     case journal
     /// One line per record on stderr. `syslogPrefix` writes `<N>` in front
     /// (stderr connected to journald, sd-daemon(3)); otherwise the line
     /// carries a time stamp and the level for a human at a terminal.
     case stderr(syslogPrefix: Bool)
 
+    /// journald's socket for the native protocol.
+    public static let defaultJournalPath = JournalSocket.defaultPath
+
     /// Resolves `log.target` (`auto`: journal when stderr is the journal,
     /// compared by device and inode against `$JOURNAL_STREAM`, systemd.exec(5)).
-    public static func resolve(_ target: LogTarget) -> LogSink {
+    /// - Parameter journalPath: journald's socket (another one in tests).
+    public static func resolve(_ target: LogTarget, journalPath: String = defaultJournalPath) -> LogSink {
         let onJournal = stderrIsJournal()
         switch target {
         case .journal:
             // Without journald (a container, a shell) every record would be
             // lost, fatal ones too: fall back to stderr.
-            return access("/run/systemd/journal/socket", W_OK) == 0 ? .journal : .stderr(syslogPrefix: onJournal)
+            return access(journalPath, W_OK) == 0 ? .journal : .stderr(syslogPrefix: onJournal)
         case .stderr: return .stderr(syslogPrefix: onJournal)
         case .auto: return onJournal ? .journal : .stderr(syslogPrefix: false)
         }
@@ -36,8 +41,10 @@ public enum LogSink: Equatable, Sendable {
 }
 
 /// The daemon's logger: records with a level, a message and structured
-/// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names must be valid
-/// journal field names (A-Z, 0-9, _; journald silently drops others).
+/// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names should be
+/// valid journal field names (A-Z, 0-9, _; others are made valid before
+/// journald would drop them, `JournalEncoding.fieldName`). Writing never
+/// waits : see `JournalSocket` and `StderrOutput`.
 /// Single-threaded, like everything driven by the event loop.
 public final class Logger {
     /// Records below this level are discarded.
@@ -50,19 +57,69 @@ public final class Logger {
     let rateBurst = 10
     /// The window of `rateBurst`, in ms.
     let rateWindowMs: UInt64
-    /// Where `.stderr` lines are written (2; a pipe in tests).
-    private let outputFD: Int32
+    /// Where `.stderr` lines are written (2; a pipe in tests), without waiting.
+    private let output: StderrOutput?
+    /// The `.journal` sink's socket.
+    private let journal: JournalSocket?
+    /// Records journald did not take (its queue full, or not reachable)
+    /// since the last one it took, and the errno of the last of them.
+    private(set) var journalDropped = 0
+    private var journalDropErrno: Int32 = 0
 
     /// - Parameters:
     ///   - rateWindowMs: the window in which `peerWarning` lets `rateBurst`
     ///     warnings of one kind through, in ms (10 s; shorter in tests).
     ///   - outputFD: the descriptor of the `.stderr` sink (2).
-    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd", rateWindowMs: UInt64 = 10_000, outputFD: Int32 = 2) {
+    ///   - journalPath: journald's socket for the `.journal` sink (a fake one in tests).
+    public init(level: LogLevel, sink: LogSink, identifier: String = "roomcastd", rateWindowMs: UInt64 = 10_000, outputFD: Int32 = 2,
+                journalPath: String = LogSink.defaultJournalPath) {
         self.level = level
         self.sink = sink
         self.identifier = identifier
         self.rateWindowMs = rateWindowMs
-        self.outputFD = outputFD
+        if case .journal = sink {
+            self.journal = JournalSocket(path: journalPath)
+            self.output = nil
+        } else {
+            self.journal = nil
+            self.output = StderrOutput(fd: outputFD)
+        }
+    }
+
+    /// Whether something waits for `flushPending`.
+    public var owed: Bool {
+        journalDropped > 0 || output.map { $0.pending > 0 || $0.dropped > 0 } == true
+    }
+
+    /// Retries what could not be written without waiting: stderr's backlog
+    /// and the count of lines dropped, once stderr takes them; the count of
+    /// records journald dropped, once it reads again. The event loop calls
+    /// it every iteration; it costs a few comparisons when nothing is owed.
+    public func flushPending() {
+        if journalDropped > 0 { _ = reportJournalDropped() }
+        if let output, output.pending > 0 || output.dropped > 0 { flushStderr(output) }
+    }
+
+    /// At exit: retries what `flushPending` retries every 10 ms for up to
+    /// `timeoutMs`.
+    public func flushBeforeExit(timeoutMs: UInt64) {
+        let deadline = monotonicMilliseconds() + timeoutMs
+        while true {
+            flushPending()
+            if !owed || monotonicMilliseconds() >= deadline { return }
+            usleep(10_000)
+        }
+    }
+
+    /// Writes stderr's backlog; once it is out, the count of lines dropped
+    /// (logged whatever the level: the lines it counts passed the level).
+    private func flushStderr(_ output: StderrOutput) {
+        output.flush()
+        guard output.pending == 0, output.dropped > 0 else { return }
+        let n = output.dropped
+        output.dropped = 0
+        output.write(Array(line(.warning, "stderr was not read: " + (n == 1 ? "1 log line dropped" : "\(n) log lines dropped"),
+                                [("DROPPED", String(n))], reason: "stderr_dropped").utf8))
     }
 
     @inline(__always)
@@ -122,34 +179,40 @@ public final class Logger {
              ["REASON": reason])
     }
 
+    /// Longest message or field value written, in bytes: the last line of
+    /// defence against peer-supplied text the call site did not shorten to
+    /// `logClipBytes` with `clipForLog` (longer ones are cut the same way).
+    public static let maxValueBytes = 4096
+
     private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String? = nil) {
+        let message = clipForLog(message, maxBytes: Self.maxValueBytes)
+        let fields = fields.map { ($0.key, clipForLog($0.value, maxBytes: Self.maxValueBytes)) }
         switch sink {
         case .journal:
-            var entries = ["MESSAGE=" + message, "PRIORITY=\(level.syslogPriority)", "SYSLOG_IDENTIFIER=" + identifier]
-            if let reason { entries.append("REASON=" + reason) }
-            for (k, v) in fields { entries.append(k + "=" + v) }
-            Self.sendJournal(entries)
-        case .stderr(let prefix):
-            // One record, one line: text from peers (room and user names) is
-            // escaped, so a client cannot forge log lines (journald keeps the
-            // fields binary-safe instead).
-            var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
-            line += Self.escaped(message)
-            if let reason { line += " REASON=" + reason }
-            for (k, v) in fields {
-                let value = Self.escaped(v)
-                line += " " + k + "=" + (v.contains(" ") || v.contains("\"") || v.isEmpty ? "\"" + value + "\"" : value)
-            }
-            line += "\n"
-            var bytes = Array(line.utf8)
-            bytes.withUnsafeMutableBytes { buf in
-                var off = 0
-                while off < buf.count {
-                    let n = write(outputFD, buf.baseAddress! + off, buf.count - off)
-                    if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { break }
-                }
-            }
+            var entries = [(name: "MESSAGE", value: message), ("PRIORITY", String(level.syslogPriority)), ("SYSLOG_IDENTIFIER", identifier)]
+            if let reason { entries.append(("REASON", reason)) }
+            for (k, v) in fields { entries.append((k, v)) }
+            sendJournal(JournalEncoding.encode(entries))
+        case .stderr:
+            guard let output else { return }
+            if output.pending > 0 || output.dropped > 0 { flushStderr(output) }
+            output.write(Array(line(level, message, fields, reason: reason).utf8))
         }
+    }
+
+    /// A record as one `.stderr` line, newline included: text from peers
+    /// (room and user names) is escaped, so a client cannot forge log lines
+    /// (journald keeps the fields binary-safe instead).
+    private func line(_ level: LogLevel, _ message: String, _ fields: [(String, String)], reason: String?) -> String {
+        guard case .stderr(let prefix) = sink else { return "" }
+        var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
+        line += Self.escaped(message)
+        if let reason { line += " REASON=" + reason }
+        for (k, v) in fields {
+            let value = Self.escaped(v)
+            line += " " + k + "=" + (v.contains(" ") || v.contains("\"") || v.isEmpty ? "\"" + value + "\"" : value)
+        }
+        return line + "\n"
     }
 
     /// `text` on one line: JSON's escaping (`\\`, `\"`, `\n`, `\u001b`, ...)
@@ -159,25 +222,42 @@ public final class Logger {
         return String(literal.dropFirst().dropLast())
     }
 
-    /// One datagram to journald: every `FIELD=value` entry packed into one
-    /// byte array, with an iovec per entry pointing into it.
-    private static func sendJournal(_ entries: [String]) {
-        var packed: [UInt8] = []
-        var lengths: [Int] = []
-        for e in entries {
-            packed.append(contentsOf: e.utf8)
-            lengths.append(e.utf8.count)
+    /// One record to journald, never waiting: when its queue is full the
+    /// record is dropped and counted, and the count is logged (one warning,
+    /// `REASON=journal_dropped`) before the next record it takes.
+    private func sendJournal(_ datagram: [UInt8]) {
+        guard let journal else { return }
+        if journalDropped > 0 && !reportJournalDropped() {
+            journalDropped += 1
+            return
         }
-        packed.withUnsafeMutableBytes { buf in
-            withUnsafeTemporaryAllocation(of: iovec.self, capacity: lengths.count) { iov in
-                var offset = 0
-                for (i, n) in lengths.enumerated() {
-                    iov[i] = iovec(iov_base: buf.baseAddress.map { $0 + offset }, iov_len: n)
-                    offset += n
-                }
-                _ = sd_journal_sendv(iov.baseAddress, Int32(lengths.count))
-            }
+        switch journal.send(datagram) {
+        case .sent: break
+        case .wouldBlock: noteJournalDrop(EAGAIN)
+        case .failed(let e): noteJournalDrop(e)
         }
+    }
+
+    private func noteJournalDrop(_ e: Int32) {
+        journalDropped += 1
+        journalDropErrno = e
+    }
+
+    /// Sends the warning counting the dropped records; true once journald took it.
+    /// It is logged whatever the level: the records it counts passed the level.
+    private func reportJournalDropped() -> Bool {
+        guard let journal else { return true }
+        let n = journalDropped
+        let count = n == 1 ? "1 log record dropped" : "\(n) log records dropped"
+        let cause = String(cString: strerror(journalDropErrno))
+        let message = journalDropErrno == EAGAIN ? "journald did not read its socket: " + count
+            : "journald was not reachable (\(cause)): " + count
+        let record = JournalEncoding.encode([("MESSAGE", message), ("PRIORITY", String(LogLevel.warning.syslogPriority)),
+                                             ("SYSLOG_IDENTIFIER", identifier), ("REASON", "journal_dropped"),
+                                             ("DROPPED", String(n)), ("DETAIL", cause)])
+        guard journal.send(record) == .sent else { return false }
+        journalDropped = 0
+        return true
     }
 
     private static func timestamp() -> String {

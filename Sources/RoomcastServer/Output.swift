@@ -16,33 +16,25 @@ extension Server {
     /// Freed output buffer bytes after which a sweep calls malloc_trim(3).
     static let trimAfterFreedBytes = 1 << 20
 
-    /// Writes what `id` is owed; arms EPOLLOUT only when the kernel refused
+    /// Writes what `id` is owed (`Fanout.write`: one send of its backlog and
+    /// this pass's frames); arms EPOLLOUT only when the kernel refused
     /// bytes, disarms it when the queue drains. A draining connection that
     /// is done is closed.
     func flush(_ id: Int, now: UInt64) {
-        let fanout = table.fanout
-        guard let state = table.state(id), state != .closing, fanout.outboxes[id].pending > 0 else {
-            if id < fanout.outboxes.count { fanout.outboxes[id].queued = false }
-            return
-        }
-        switch fanout.write(id, keepCapacity: Self.retainedOutputBytes) {
+        switch table.fanout.write(id, keepCapacity: Self.retainedOutputBytes, softBytes: config.limits.outputSoftBytes, nowMs: now) {
+        case .nothing:
+            break
         case .failed(let e):
             table.close(id, SystemError("send", errno: e).description)
-        case .all:
-            fanout.outboxes[id].softSinceMs = nil
-            if state == .draining {
+        case .all(let hadBacklog, let draining):
+            if draining {
                 table.close(id, stopping ? "daemon stopping" : "closed by peer")
-            } else {
+            } else if hadBacklog {
                 setWriteInterest(id, false)
             }
-        case .partial(let pending):
-            setWriteInterest(id, true)
-            if pending <= config.limits.outputSoftBytes {
-                fanout.outboxes[id].softSinceMs = nil
-            } else if fanout.outboxes[id].softSinceMs == nil {
-                fanout.outboxes[id].softSinceMs = now
-                overSoft.append(id)
-            }
+        case .partial(_, let hadBacklog, let becameSlow):
+            if !hadBacklog { setWriteInterest(id, true) }
+            if becameSlow { overSoft.append(id) }
         }
     }
 
@@ -84,6 +76,7 @@ extension Server {
             }
         }
         fanout.skips.removeAll()
+        fanout.endPass()
     }
 
     /// docs/protocol.md §6: above `output_soft_bytes` for

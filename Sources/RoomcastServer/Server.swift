@@ -145,6 +145,8 @@ public final class Server {
         let now = clock()
         runTimers(now: now)
         reapAndFlush(now: now)
+        systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
+        logger.flushPending()  // log output journald or stderr did not take (never blocks)
         return !(stopping && (table.count == 0 || now >= stopDeadlineMs))
     }
 
@@ -153,7 +155,9 @@ public final class Server {
         var deadline = min(status.deadline(clients: table.count), nextSweepMs)
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
-        if !overSoft.isEmpty || !draining.isEmpty { deadline = min(deadline, now + config.heartbeat.tickMs) }
+        if !overSoft.isEmpty || !draining.isEmpty || systemd.hasPending || logger.owed {
+            deadline = min(deadline, now + config.heartbeat.tickMs)
+        }
         var ms = deadline > now ? deadline - now : 0
         if let wheel = heartbeats.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
         return min(ms, Self.maxWaitMs)

@@ -6,14 +6,44 @@ import RoomcastIO
 /// The daemon's side of the service manager's interfaces (sd-daemon(3)):
 /// readiness and status notifications, the watchdog, socket activation.
 /// Read once at start-up, before anything could start a thread
-/// (notes/systemd.md §1: the environment is not thread-safe).
+/// (getenv(3) is not thread-safe, and nothing else runs yet).
 public struct Systemd {
     /// Sends `state` (newline-separated `KEY=VALUE`, sd_notify(3)) to
-    /// `$NOTIFY_SOCKET`; a no-op when not run by systemd.
+    /// `$NOTIFY_SOCKET`; a no-op when not run by systemd. Never blocks: when
+    /// PID 1 is busy and the socket's queue is full, what must still go out
+    /// is kept (merged, see `PendingNotifications`) and sent by `flushPending()`.
     public func notify(_ state: String) {
         guard notifySocket else { return }
-        if let channel, channel.send(state) { return }
-        _ = sd_notify(0, state)
+        if let channel {
+            channel.notify(state)
+        } else {
+            // An address NotifyChannel cannot open (e.g. `vsock:`): libsystemd's
+            // own socket, which is blocking, so this call may wait for PID 1.
+            _ = sd_notify(0, state)
+        }
+    }
+
+    /// Retries notifications that found no room. The event loop calls it
+    /// every iteration: a branch when nothing is pending, else one sendto(2)
+    /// per datagram until the socket's queue is full again.
+    public func flushPending() {
+        if let channel, channel.hasPending { channel.flush() }
+    }
+
+    /// Whether notifications wait for `flushPending`.
+    public var hasPending: Bool { channel?.hasPending ?? false }
+
+    /// At exit: retries what is still pending every 10 ms until it is sent
+    /// or `timeoutMs` passes, so a STOPPING=1 or a failure's STATUS= and
+    /// ERRNO= get out unless PID 1 stays busy that long.
+    public func flushBeforeExit(timeoutMs: UInt64) {
+        guard let channel else { return }
+        let deadlineMs = monotonicMilliseconds() + timeoutMs
+        while true {
+            channel.flush()
+            if !channel.hasPending || monotonicMilliseconds() >= deadlineMs { return }
+            usleep(10_000)
+        }
     }
 
     /// Whether `$NOTIFY_SOCKET` was set at start.
@@ -30,7 +60,8 @@ public struct Systemd {
     /// The socket notifications go out on, opened at start and kept:
     /// sd_notify(3) opens a new one per call, which fails silently with
     /// EMFILE, so a daemon out of descriptors would stop its watchdog pings
-    /// and be killed for it. nil: an address only sd_notify knows (vsock).
+    /// and be killed for it; and it sends in blocking mode, so a busy PID 1
+    /// would stop the event loop. nil: an address only sd_notify knows (vsock).
     var channel: NotifyChannel? = nil
 
     /// Reads the environment once. `LISTEN_*` variables are unset (so no child
@@ -64,12 +95,16 @@ public struct Systemd {
 }
 
 /// An AF_UNIX datagram socket for `$NOTIFY_SOCKET` (a path, or `@name` in
-/// the abstract namespace), created once; each notification is one sendto(2)
-/// with no descriptor to allocate.
+/// the abstract namespace), created once and non-blocking; each notification
+/// is one sendto(2) with no descriptor to allocate. When the socket's queue is
+/// full (EAGAIN: PID 1 busy; `net.unix.max_dgram_qlen` datagrams, 512 under
+/// systemd, 10 on a default kernel), the notification is kept in `pending`
+/// and sent by `flush()` once there is room, older ones first.
 final class NotifyChannel {
     private let fd: Int32
     private var address = sockaddr_un()
     private let length: socklen_t
+    private(set) var pending = PendingNotifications()
 
     init?(address text: String) {
         var path = Array(text.utf8)
@@ -80,22 +115,121 @@ final class NotifyChannel {
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path) }
         length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (first == UInt8(ascii: "@") ? 0 : 1))
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { return nil }
     }
 
     deinit { Sys.close(fd) }
 
-    /// Sends `state` as one datagram; false if it could not be sent.
-    func send(_ state: String) -> Bool {
+    var hasPending: Bool { !pending.isEmpty }
+
+    /// Sends `state` now if nothing older is pending and there is room, else
+    /// merges it into `pending`.
+    func notify(_ state: String) {
+        if hasPending { flush() }
+        if !hasPending, send(state) != .wouldBlock { return }
+        pending.add(state)
+    }
+
+    /// Sends pending datagrams, in order, until none is left or the queue is full.
+    func flush() {
+        while let datagram = pending.next {
+            if send(datagram) == .wouldBlock { return }
+            pending.removeNext()
+        }
+    }
+
+    enum Outcome { case sent, wouldBlock, failed }
+
+    /// One non-blocking datagram. `.failed` (nobody bound: ENOENT,
+    /// ECONNREFUSED; or EMSGSIZE) is final, as for sd_notify(3): retrying
+    /// would not help. ENOBUFS and ENOMEM are retried like EAGAIN.
+    private func send(_ state: String) -> Outcome {
         var message = Array(state.utf8)
-        let n = message.withUnsafeMutableBytes { bytes in
-            withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), $0, length)
+        while true {
+            let n = message.withUnsafeMutableBytes { bytes in
+                withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), $0, length)
+                    }
                 }
             }
+            if n >= 0 { return .sent }
+            switch errno {
+            case EINTR: continue
+            case EAGAIN, EWOULDBLOCK, ENOBUFS, ENOMEM: return .wouldBlock
+            default: return .failed
+            }
         }
-        return n == message.count
+    }
+}
+
+/// Notifications owed to PID 1, merged so that a long stall costs little
+/// memory and few datagrams once it reads again:
+/// - `STATUS=`: only the newest line is kept;
+/// - `WATCHDOG=1`: one pending ping (a missed one is simply sent late, and
+///   the event loop's next tick adds nothing new);
+/// - everything else of a notification (`READY=1`, `RELOADING=1` with its
+///   `MONOTONIC_USEC=`, `STOPPING=1`, `ERRNO=`, ...) stays one datagram, in
+///   order: PID 1 applies only the last of READY/RELOADING/STOPPING within
+///   one datagram, so they must not be merged with each other. A reload that
+///   completed while PID 1 was not reading (`RELOADING=1` then `READY=1`,
+///   both pending) is dropped when a newer `RELOADING=1` arrives: it would
+///   only be superseded.
+/// STATUS= and WATCHDOG=1 travel with the last of those datagrams (or alone).
+struct PendingNotifications: Equatable {
+    /// The notifications that keep their order, each one datagram.
+    private(set) var ordered: [String] = []
+    /// The newest `STATUS=` line.
+    private(set) var status: String?
+    private(set) var watchdog = false
+
+    /// A bound for `ordered`, far above what the daemon sends (READY, one
+    /// reload pair, STOPPING): past it the oldest is dropped.
+    static let maxOrdered = 16
+
+    var isEmpty: Bool { ordered.isEmpty && status == nil && !watchdog }
+
+    mutating func add(_ state: String) {
+        var rest: [Substring] = []
+        for line in state.split(separator: "\n") {
+            if line.hasPrefix("STATUS=") {
+                status = String(line)
+            } else if line == "WATCHDOG=1" {
+                watchdog = true
+            } else {
+                rest.append(line)
+            }
+        }
+        guard !rest.isEmpty else { return }
+        if rest.contains("RELOADING=1"), let i = ordered.indices.dropLast().last(where: {
+            Self.assigns(ordered[$0], "RELOADING=1") && Self.assigns(ordered[$0 + 1], "READY=1") && !Self.assigns(ordered[$0 + 1], "RELOADING=1")
+        }) {
+            ordered.removeSubrange(i...(i + 1))
+        }
+        ordered.append(rest.joined(separator: "\n"))
+        if ordered.count > Self.maxOrdered { ordered.removeFirst() }
+    }
+
+    /// The datagram to send next, if any.
+    var next: String? {
+        guard ordered.count <= 1 else { return ordered[0] }
+        var lines = ordered
+        if let status { lines.append(status) }
+        if watchdog { lines.append("WATCHDOG=1") }
+        return lines.isEmpty ? nil : lines.joined(separator: "\n")
+    }
+
+    /// `next` was sent (or failed for good): forget it.
+    mutating func removeNext() {
+        if ordered.count <= 1 {
+            self = PendingNotifications()
+        } else {
+            ordered.removeFirst()
+        }
+    }
+
+    private static func assigns(_ datagram: String, _ line: String) -> Bool {
+        datagram.split(separator: "\n").contains { $0 == line }
     }
 }

@@ -1,12 +1,18 @@
 // roomcastd: the chat-room relay daemon. See README.md.
+import CEarlySignals
 import CShim
 @preconcurrency import Glibc
 import RoomcastCore
 import RoomcastServer
 
-// Block the signals we handle before anything can start a thread, and take
-// them through a signalfd in the event loop (notes/swift-linux.md §2).
-// SIGPIPE never kills the process: sends use MSG_NOSIGNAL, and it is ignored.
+// SIGTERM, SIGINT and SIGHUP are already blocked: CEarlySignals did it from
+// an ELF initializer, before the Swift runtime started (their default action
+// would kill a daemon signalled while starting). Asking for that mask keeps
+// its object linked; block them here too (a no-op then), before anything can
+// start a thread, and take them through a signalfd in the event loop
+// (signalfd(2)). SIGPIPE never kills the process: sends use
+// MSG_NOSIGNAL, and it is ignored.
+let earlyBlocked = roomcastd_early_blocked_signals()
 let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, 0])
 signal(SIGPIPE, SIG_IGN)
 
@@ -16,12 +22,25 @@ let exConfig: Int32 = 78
 
 setvbuf(stdout, nil, _IOLBF, 0)
 
+/// Gives notifications still waiting for a busy PID 1, and log output
+/// journald did not take, half a second each to get out before the process
+/// exits (the event loop never waits for them).
+func flushBeforeExit(_ systemd: Systemd, _ logger: Logger? = nil) {
+    systemd.flushBeforeExit(timeoutMs: 500)
+    logger?.flushBeforeExit(timeoutMs: 500)
+}
+
 func fail(_ message: String, status: Int32) -> Never {
     fputs("roomcastd: \(message)\n", stderr)
     exit(status)
 }
 
 guard signalFD >= 0 else { fail("signalfd: \(String(cString: strerror(errno)))", status: 1) }
+if [SIGTERM, SIGINT, SIGHUP].contains(where: { earlyBlocked & (1 << UInt64($0 - 1)) == 0 }) {
+    // Not fatal (they are blocked now), but a build that lost the initializer
+    // can be killed by a signal in its first milliseconds again.
+    fputs("roomcastd: warning: the early signal mask was not set (CEarlySignals' initializer did not run)\n", stderr)
+}
 
 let invocation: CommandLineOptions
 switch CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst())) {
@@ -38,7 +57,8 @@ if invocation.showVersion {
     exit(0)
 }
 
-// systemd's environment is read once, before anything else (notes/systemd.md §7).
+// systemd's environment is read once, before anything else (sd_listen_fds(3)
+// unsets LISTEN_*; getenv(3) is not thread-safe).
 let systemd = Systemd.fromEnvironment()
 
 var config: Config
@@ -47,6 +67,7 @@ do {
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
+    flushBeforeExit(systemd)
     fail(error.description, status: exConfig)
 }
 
@@ -69,10 +90,13 @@ if invocation.checkConfig {
     exit(0)
 }
 
-let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target))
+// ROOMCAST_JOURNAL_SOCKET is for tests: a fake journald's socket instead of
+// /run/systemd/journal/socket (README.md, "Logs and fields").
+let journalPath = getenv("ROOMCAST_JOURNAL_SOCKET").map { String(cString: $0) } ?? LogSink.defaultJournalPath
+let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target, journalPath: journalPath), journalPath: journalPath)
 logger.info("roomcastd \(roomcastVersion) starting", ["CONFIG_FILE": invocation.configPath])
 if config.log.target == .journal, logger.sink != .journal {
-    logger.warning("log.target = journal, but journald is not reachable (/run/systemd/journal/socket); logging to stderr",
+    logger.warning("log.target = journal, but journald is not reachable (\(journalPath)); logging to stderr",
                    ["REASON": "journal_unavailable"])
 }
 
@@ -80,9 +104,12 @@ do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
                             systemd: systemd, logger: logger, signalFD: signalFD)
-    exit(try server.run())
+    let status = try server.run()
+    flushBeforeExit(systemd, logger)
+    exit(status)
 } catch {
     logger.error("fatal: \(error.description)", ["REASON": "fatal", "DETAIL": error.description])
     systemd.notify("STATUS=failed: \(error.description)\nERRNO=\(error.errno)")
+    flushBeforeExit(systemd, logger)
     exit(1)
 }

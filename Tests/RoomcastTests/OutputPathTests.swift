@@ -51,22 +51,42 @@ import Testing
         }
     }
 
-    @Test func largeFramesGoStraightToIdleSocketsAndOrderIsKept() {
+    @Test("a pass stores each frame once; each recipient gets one send of its range, in order")
+    func framesAreStoredOnceAndSentOncePerRecipient() {
         let (t, ours, peers) = Self.table(2)
         defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
         let small = FrameCodec.encode(type: 99, body: [1, 2, 3], byteOrder: .little)
         let large = FrameCodec.encode(type: 99, body: [UInt8](repeating: 7, count: 8_000), byteOrder: .little)
-        // Connection 0 is idle: the large frame is written at once, nothing queued.
-        #expect(large.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0], except: -1) } == 1)
-        #expect(t.fanout.outboxes[0].pending == 0 && t.fanout.flushList.isEmpty)
-        #expect(Self.drain(peers[0]) == large)
-        // Connection 1 has a small frame queued: the large one queues behind it.
-        _ = small.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
-        _ = large.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
-        #expect(Self.drain(peers[1]).isEmpty, "nothing overtakes the queued small frame")
-        #expect(t.fanout.outboxes[1].pending == small.count + large.count)
-        #expect(t.fanout.flushList == [1])
-        t.fanout.outboxes[1].queue.withReadableBytes { #expect(Array($0) == small + large) }
+        #expect(small.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } == 2)
+        #expect(large.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } == 2)
+        #expect(t.fanout.batch.count == small.count + large.count, "each frame is stored once, whatever the recipients")
+        for id in 0..<2 {
+            #expect(t.fanout.outboxes[id].queue.count == 0, "nothing is copied per recipient")
+            #expect(t.fanout.outboxes[id].pending == small.count + large.count)
+        }
+        #expect(t.fanout.flushList == [0, 1])
+        #expect(Self.drain(peers[0]).isEmpty, "nothing is written before the end of the pass")
+        for id in 0..<2 {
+            guard case .all = t.fanout.write(id, keepCapacity: 0) else { Issue.record("connection \(id) was not flushed"); continue }
+            #expect(Self.drain(peers[id]) == small + large, "both frames, in order")
+        }
+        t.fanout.endPass()
+        #expect(t.fanout.batch.count == 0)
+    }
+
+    @Test("a recipient whose frames are not adjacent in the batch keeps its order (its earlier range is copied first)")
+    func interleavedRoomsKeepOrder() {
+        let (t, ours, peers) = Self.table(2)
+        defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        let frames = (0..<3).map { FrameCodec.encode(type: 99, body: [UInt8](repeating: UInt8($0), count: 10 + $0), byteOrder: .little) }
+        _ = frames[0].withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0], except: -1) }
+        _ = frames[1].withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
+        _ = frames[2].withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0], except: -1) }
+        #expect(t.fanout.outboxes[0].queue.count == frames[0].count, "the first range moved to the queue")
+        for id in 0..<2 { _ = t.fanout.write(id, keepCapacity: 0) }
+        #expect(Self.drain(peers[0]) == frames[0] + frames[2])
+        #expect(Self.drain(peers[1]) == frames[1])
+        t.fanout.endPass()
     }
 
     @Test func idleBuffersAreFreedBySweepsBusyOnesKept() {
@@ -76,9 +96,10 @@ import Testing
         func deliverAndDrain(_ ids: [Int]) {
             _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: ids, except: -1) }
             for id in ids {
-                t.fanout.outboxes[id].queue.consume(t.fanout.outboxes[id].pending, keepCapacity: 16 * 1024)  // as a flush does
-                t.fanout.retainDrainedBuffer(id)
+                frame.withUnsafeBytes { t.fanout.outboxes[id].queue.append($0) }  // a backlog from an earlier pass
+                _ = t.fanout.write(id, keepCapacity: 16 * 1024)  // as a flush does
             }
+            t.fanout.endPass()
         }
         deliverAndDrain([0, 1])
         #expect(t.fanout.outboxes[0].queue.capacity > 0 && t.fanout.outboxes[1].queue.capacity > 0, "drained buffers are kept")
@@ -120,7 +141,7 @@ import Testing
         defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
         let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 1, count: 100), byteOrder: .little)
         _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) }
-        t.fanout.outboxes[1].queue.consume(t.fanout.outboxes[1].pending, keepCapacity: 0)  // 1 reads, 0 does not
+        _ = t.fanout.write(1, keepCapacity: 0)  // 1 is flushed (its peer reads), 0 is not
         for _ in 0..<2 { _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } }
         #expect(t.closeList == [0])
         #expect(t.slots[0]?.closeReason?.text.contains("output_hard_bytes") == true)

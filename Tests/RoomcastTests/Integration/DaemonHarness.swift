@@ -65,6 +65,9 @@ final class NotifySocket: Sendable {
     let path: String
     private let received = Mutex<[Notification]>([])
     private let stopped = Mutex(false)
+    private let paused = Mutex(false)
+    /// Set by the reading thread once it saw `paused` (it reads nothing more).
+    private let pauseSeen = Mutex(false)
 
     init(path: String) throws {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
@@ -88,6 +91,11 @@ final class NotifySocket: Sendable {
     private func receiveLoop(_ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: 4096)
         while !stopped.withLock({ $0 }) {
+            if paused.withLock({ $0 }) {
+                pauseSeen.withLock { $0 = true }
+                usleep(10_000)
+                continue
+            }
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             guard n > 0 else { continue }
             let text = String(decoding: buffer[0..<n], as: UTF8.self)
@@ -101,6 +109,19 @@ final class NotifySocket: Sendable {
 
     /// Stops the background thread (it closes the socket within 50 ms).
     func stop() { stopped.withLock { $0 = true } }
+
+    /// Stops reading, like a PID 1 busy elsewhere: the socket stays bound, and
+    /// its queue fills (`net.unix.max_dgram_qlen` datagrams) and stays full.
+    /// Returns once the reading thread has stopped (it may take a datagram
+    /// that arrives meanwhile, none after the return).
+    func pauseReading() {
+        pauseSeen.withLock { $0 = false }
+        paused.withLock { $0 = true }
+        _ = waitUntil(.seconds(1)) { pauseSeen.withLock { $0 } }
+    }
+
+    /// Reads again (what the kernel queued comes first).
+    func resumeReading() { paused.withLock { $0 = false } }
 
     /// Every datagram so far.
     var all: [Notification] { received.withLock { $0 } }
@@ -126,6 +147,7 @@ final class NotifySocket: Sendable {
 final class PipeCollector: Sendable {
     private let text = Mutex("")
     private let finished = Mutex(false)
+    private let paused = Mutex(false)
 
     /// Starts reading `pipe` (its write end must be closed in this process,
     /// as `Process.run()` does).
@@ -134,6 +156,10 @@ final class PipeCollector: Sendable {
         Thread.detachNewThread { [self] in
             var buffer = [UInt8](repeating: 0, count: 16 * 1024)
             while true {
+                if paused.withLock({ $0 }) {
+                    usleep(10_000)
+                    continue
+                }
                 let n = buffer.withUnsafeMutableBytes { read(handle.fileDescriptor, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { break }
@@ -147,6 +173,13 @@ final class PipeCollector: Sendable {
 
     /// Everything read so far.
     var current: String { text.withLock { $0 } }
+
+    /// Stops reading, like a paused pager: the pipe fills (64 KiB) and the
+    /// writer's next write(2) would block.
+    func pauseReading() { paused.withLock { $0 = true } }
+
+    /// Reads again.
+    func resumeReading() { paused.withLock { $0 = false } }
 
     /// Waits up to `timeout` for the text to contain `needle`.
     @discardableResult
@@ -179,7 +212,10 @@ final class ChildProcess {
     let stderr: PipeCollector
 
     /// Starts `executable` with exactly `environment` (the test process's
-    /// environment is never modified).
+    /// environment is never modified), and with SIGHUP, SIGINT and SIGTERM
+    /// unblocked, as systemd starts a service (it resets the signal mask):
+    /// `Process` passes the calling thread's mask on, and the threads Swift
+    /// Testing runs tests on block them.
     init(_ executable: URL, _ arguments: [String], environment: [String: String]) throws {
         let out = Pipe(), err = Pipe()
         process.executableURL = executable
@@ -188,6 +224,11 @@ final class ChildProcess {
         process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
         process.standardOutput = out
         process.standardError = err
+        var unblock = sigset_t(), old = sigset_t()
+        sigemptyset(&unblock)
+        for signal in [SIGHUP, SIGINT, SIGTERM] { sigaddset(&unblock, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, &old)
+        defer { pthread_sigmask(SIG_SETMASK, &old, nil) }
         try process.run()
         stdout = PipeCollector(out)
         stderr = PipeCollector(err)
@@ -256,11 +297,13 @@ final class Daemon {
     let directory: TempDirectory
     let configPath: String
     let notify: NotifySocket
+    /// The fake journald the daemon logs to (`log.target = journal`), if any.
+    let journal: FakeJournal?
     let child: ChildProcess
     /// The listening host and port (from the log line `listening on HOST:PORT`).
     private(set) var host = ""
     private(set) var port: UInt16 = 0
-    /// The port of the `[json]` listener (PROTOCOL.md §7), when configured.
+    /// The port of the `[json]` listener (docs/protocol.md §7), when configured.
     private(set) var jsonPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
@@ -274,12 +317,21 @@ final class Daemon {
     ///     so nothing is awaited. `port` is the first entry's.
     ///   - descriptorLimit: start it through `/bin/sh -c 'ulimit -Sn S && ulimit -Hn H && exec ...'`
     ///     (systemd's `LimitNOFILE=S:H`); the shell execs, so the PID is the daemon's.
+    ///   - journal: a fake journald, passed as `ROOMCAST_JOURNAL_SOCKET`; with
+    ///     `log.target = journal` the `roomcastd ready`, `listening on` and
+    ///     `client connected` records are awaited there instead of on stderr.
+    ///   - afterSpawn: called with the daemon's PID as soon as it is
+    ///     spawned, before waiting for it to be ready (e.g. to signal it while it starts).
     init(_ settings: [String: String] = [:], environment: [String: String] = [:],
-         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: (soft: Int, hard: Int)? = nil) throws {
+         socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: (soft: Int, hard: Int)? = nil,
+         journal: FakeJournal? = nil, afterSpawn: (Int32) -> Void = { _ in }) throws {
         directory = try TempDirectory()
         configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
         notify = try NotifySocket(path: directory.path + "/notify")
-        let env = childEnvironment(environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
+        self.journal = journal
+        var extra = ["NOTIFY_SOCKET": notify.path]
+        if let journal { extra["ROOMCAST_JOURNAL_SOCKET"] = journal.path }
+        let env = childEnvironment(environment.merging(extra) { $1 })
         if let first = socketActivation.first {
             let listen = socketActivation.flatMap { ["-l", "127.0.0.1:\($0.port)"] }
             let names = "--fdname=" + socketActivation.map(\.name).joined(separator: ":")
@@ -297,6 +349,7 @@ final class Daemon {
         } else {
             child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
         }
+        afterSpawn(child.pid)
         do {
             try waitUntilReady()
         } catch {
@@ -321,6 +374,7 @@ final class Daemon {
     /// of them have been read once it is seen (the notify socket and the
     /// stderr pipe are read by different threads: READY=1 alone could win).
     func waitUntilReady(timeout: Duration = .seconds(10)) throws {
+        if let journal { return try waitUntilReady(journal, timeout: timeout) }
         let ready = { self.notify.all.contains { $0.lines.contains("READY=1") } && self.stderr.current.contains("roomcastd ready") }
         // A daemon that exits (a bad config, a taken port) fails at once, not after `timeout`.
         guard waitUntil(timeout, { ready() || !child.process.isRunning }), ready() else {
@@ -343,6 +397,28 @@ final class Daemon {
         }
     }
 
+    /// `waitUntilReady` for a daemon logging to `journal`: the same records, as journal fields.
+    private func waitUntilReady(_ journal: FakeJournal, timeout: Duration) throws {
+        let ready = { self.notify.all.contains { $0.lines.contains("READY=1") } && journal.all.contains { $0.message == "roomcastd ready" } }
+        guard waitUntil(timeout, { ready() || !child.process.isRunning }), ready() else {
+            if !child.process.isRunning { _ = stderr.waitForEOF(timeout: .seconds(2)) }
+            throw HarnessError("roomcastd did not log 'roomcastd ready' to the fake journal; records: \(journal.all.map(\.message)); "
+                               + "malformed: \(journal.malformedDatagrams); stderr:\n\(stderr.current)")
+        }
+        for record in journal.all where record.message.hasPrefix("listening on ") {
+            guard let address = record.value("LISTEN"), let colon = address.lastIndex(of: ":"),
+                  let port = UInt16(address[address.index(after: colon)...]) else {
+                throw HarnessError("no LISTEN port in record: \(record.fields)")
+            }
+            if record.value("PROTOCOL") == "json" {
+                jsonPort = port
+            } else if self.port == 0 {
+                host = address[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+                self.port = port
+            }
+        }
+    }
+
     /// The daemon's stderr (its log, with `target = stderr`).
     var stderr: PipeCollector { child.stderr }
 
@@ -351,6 +427,12 @@ final class Daemon {
     /// before anybody sends); that needs `log.level = debug`, the default here.
     func connect(receiveBuffer: Int? = nil, sourceIP: String? = nil, awaitAccept: Bool = true) throws -> TestClient {
         let client = try TestClient(host: host, port: port, receiveBuffer: receiveBuffer, sourceIP: sourceIP, owner: self)
+        if awaitAccept, let journal {
+            guard journal.wait(timeout: .seconds(5), { $0.message == "client connected" && $0.value("CLIENT_ADDR") == client.address }) != nil else {
+                throw HarnessError("roomcastd did not log accepting \(client.address) to the fake journal")
+            }
+            return client
+        }
         if awaitAccept && !stderr.wait(for: "client connected CLIENT_ADDR=\(client.address) ") {
             throw HarnessError("roomcastd did not log accepting \(client.address); stderr:\n\(stderr.current)")
         }
