@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench: every workload of issues 5 and 12 against a release roomcastd,
+# make bench: every workload of BENCHMARKS.md against a release roomcastd,
 # the C relay bench/ltb-relay.c (the practical limit: BENCHMARKS.md) and,
 # when redis-server is (or can be) installed, Redis pub/sub, in one run.
 # Prints one table with the three servers and both ratios (roomcastd / C

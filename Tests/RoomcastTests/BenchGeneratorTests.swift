@@ -83,10 +83,10 @@ import Testing
         #expect(throws: roomcast_bench.Options.UsageError.self) { try Self.options(["--members", "19000", "--connections", "1000"]) }
     }
 
-    /// Issue 12's independent generator: closed loop with a window of 64 and
+    /// The independent generator's workloads: closed loop with a window of 64 and
     /// validated text bodies for every load workload (BENCHMARKS.md, "the
     /// 16 KiB case"); the old definitions stay one option away.
-    @Test func loadModesUseIssue12sWindowAndValidatedBodies() throws {
+    @Test func loadModesUseAWindowOf64AndValidatedBodies() throws {
         for (mode, members, publishers, size) in [("fanout", 1_000, 1, 64), ("pub10", 100, 10, 64), ("large", 100, 1, 16_384)] {
             let o = try Self.options(["--mode", mode])
             #expect(o.members == members && o.publishers == publishers && o.size == size, "\(mode)")
