@@ -197,7 +197,11 @@ def notes(runs):
     for (mode, server), d in sorted(runs.items()):
         name = f"{mode}/{server}"
         if d.get("gen_bound"):
-            out.append(f"{name}: the generator used {d['gen_cpu_pct']:.0f}% of its core: it may be the bottleneck")
+            # gen_bound of a median run is true when any repetition was.
+            reps = d.get("repetitions", 1)
+            when = "" if reps == 1 else f" in at least one of {reps} repetitions (median {d['gen_cpu_pct']:.0f}%)"
+            out.append(f"{name}: the generator used 90% of its core or more{when}: the figure may be the "
+                       f"generator's limit; compare deliveries per server CPU-s")
         if d.get("loss"):
             out.append(f"{name}: loss {d['loss']:,.0f} of {d['expected']:,.0f} deliveries")
         if d.get("order_errors"):
