@@ -30,8 +30,10 @@ SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
-# pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux
+# pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
+# libhiredis-dev for the CHiredis target ([cluster], issue 14) and redis-server (with
+# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports.
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 
@@ -65,6 +67,9 @@ build:
 # Installs only what is missing; a second run does nothing.
 deps:
 	@if ! pkg-config --exists libsystemd 2>/dev/null \
+	    || ! pkg-config --exists hiredis 2>/dev/null \
+	    || ! command -v redis-server >/dev/null \
+	    || ! command -v redis-cli >/dev/null \
 	    || ! command -v systemd-socket-activate >/dev/null \
 	    || ! command -v systemd-analyze >/dev/null \
 	    || ! command -v python3 >/dev/null \
