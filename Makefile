@@ -235,7 +235,7 @@ clean:
 BENCH_BUILD ?= $(CURDIR)/.build-bench
 export BENCH_BUILD
 
-.PHONY: bench bench-plot bench-profile
+.PHONY: bench bench-plot bench-profile bench-cluster
 
 # Every workload of issue 5 against roomcastd and Redis (installed if missing):
 # one table with both servers and the ratios (about 3 minutes plus the build).
@@ -249,3 +249,9 @@ bench-plot:
 # Instructions per delivered frame under callgrind, top functions, syscalls.
 bench-profile:
 	bench/profile.sh
+
+# Issue 14: one hot room on one daemon against the same room split across two
+# daemons of a cluster (Redis pub/sub), and Redis's cost per frame (~2 minutes
+# plus the build); the projection to N daemons is in BENCHMARKS.md.
+bench-cluster:
+	bench/cluster.sh

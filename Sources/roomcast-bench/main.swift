@@ -136,6 +136,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     engine.startSending()
     if o.frames == nil { engine.run(seconds: o.warmup) }
     let self0 = selfCPUSeconds(), cpu0 = server?.cpuSeconds(), t0 = now()
+    let others0 = o.cpuPids.map { ProcessProbe(pid: $0).cpuSeconds() ?? 0 }
     let sent0 = engine.framesSent
     engine.measuring = true
     var stormSeconds: Double?
@@ -159,6 +160,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     }
     engine.measuring = false
     let t1 = now(), self1 = selfCPUSeconds(), cpu1 = server?.cpuSeconds()
+    let others1 = o.cpuPids.map { ProcessProbe(pid: $0).cpuSeconds() ?? 0 }
     let measuredFrames = engine.framesSent - sent0
     engine.sending = false
     let expected = engine.framesSent * UInt64(o.members)
@@ -202,6 +204,9 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
         // deliveries/s on a machine whose cores are shared with other work.
         let per = cpu1 > cpu0 ? Double(engine.measuredDeliveries) / (cpu1 - cpu0) : 0
         r.add("deliveries_per_server_cpu_s", "deliveries per server CPU-second", .double(per, digits: 0))
+    }
+    for (i, pid) in o.cpuPids.enumerated() {
+        r.add("cpu_pid\(i)_pct", "CPU of process \(pid)", .double(100 * (others1[i] - others0[i]) / secs, digits: 1), "% of a core")
     }
     if let rssBefore { r.add("server_rss_before_kib", "server RSS before", .int(rssBefore), "KiB") }
     if let rssAfter { r.add("server_rss_after_kib", "server RSS after", .int(rssAfter), "KiB") }
