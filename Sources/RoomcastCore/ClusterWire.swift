@@ -75,20 +75,24 @@ public struct ClusterEnvelope: Equatable, Sendable {
         case badFrame
     }
 
-    /// Appends the envelope of `frame` to `out` (emptied first, capacity kept).
-    public static func encode(kind: Kind, origin: UInt64, stream: UInt64, seq: UInt64, room: some Collection<UInt8>,
-                              address: some Collection<UInt8>, frame: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        precondition(room.count <= Int(UInt16.max) && address.count <= Int(UInt8.max))
+    /// Appends the envelope of `frame` to `out` (emptied first, capacity
+    /// kept). Not generic: it is on the publish path of every frame, and an
+    /// unspecialized generic append from another module goes byte by byte.
+    /// An address over 255 bytes (never, for a numeric one) is cut.
+    public static func encode(kind: Kind, origin: UInt64, stream: UInt64, seq: UInt64, room: String,
+                              address: String, frame: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        let roomLength = room.utf8.count, addressLength = min(address.utf8.count, Int(UInt8.max))
+        precondition(roomLength <= Int(UInt16.max))
         out.removeAll(keepingCapacity: true)
         out.append(version)
         out.append(kind.rawValue)
-        withUnsafeBytes(of: UInt16(room.count).littleEndian) { out.append(contentsOf: $0) }
-        out.append(UInt8(address.count))
+        withUnsafeBytes(of: UInt16(roomLength).littleEndian) { out.append(contentsOf: $0) }
+        out.append(UInt8(addressLength))
         withUnsafeBytes(of: origin.littleEndian) { out.append(contentsOf: $0) }
         withUnsafeBytes(of: stream.littleEndian) { out.append(contentsOf: $0) }
         withUnsafeBytes(of: seq.littleEndian) { out.append(contentsOf: $0) }
-        out.append(contentsOf: room)
-        out.append(contentsOf: address)
+        out.append(contentsOf: room.utf8)
+        out.append(contentsOf: address.utf8.prefix(addressLength))
         out.append(contentsOf: frame)
     }
 

@@ -166,16 +166,14 @@ final class ClusterLink: RelayObserver {
         let pending = publisher.pendingOutput
         guard pending + frame.count <= settings.maxOutputBytes else {
             dropped &+= 1
-            let now = nowMs
-            logger.peerWarning(reason: "cluster_output_limit", nowMs: now,
+            logger.peerWarning(reason: "cluster_output_limit", nowMs: nowMs,
                                "cluster: Redis is not taking our output (\(pending) bytes waiting, max_output_bytes "
                                + "\(formatSize(settings.maxOutputBytes))): a frame to \(room) was not published",
                                ["ROOM": room, "REDIS": address.description])
             return
         }
-        let senderAddress = server.table.address(of: sender)
-        ClusterEnvelope.encode(kind: kind, origin: origin, stream: next.stream, seq: next.seq, room: room.utf8,
-                               address: senderAddress.utf8.prefix(255), frame: frame, into: &envelope)
+        ClusterEnvelope.encode(kind: kind, origin: origin, stream: next.stream, seq: next.seq, room: room,
+                               address: server.table.address(of: sender), frame: frame, into: &envelope)
         if publisher.publish(next.channel, envelope, nowMs: self.nowMs) {
             published &+= 1
         } else {
@@ -243,7 +241,7 @@ final class ClusterLink: RelayObserver {
         }
         if now >= nextHeartbeatMs {
             heartbeatSeq &+= 1
-            ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: [UInt8](), address: [UInt8](),
+            ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: "", address: "",
                                    frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
             _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
             nextHeartbeatMs = now + max(1, timeout / 4)

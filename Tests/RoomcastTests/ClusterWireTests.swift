@@ -18,7 +18,7 @@ import Testing
         var out: [UInt8] = [9, 9, 9]
         frame.withUnsafeBytes {
             ClusterEnvelope.encode(kind: .littleEndianFrame, origin: 0x0102030405060708, stream: 7, seq: 1 << 40,
-                                   room: Array("lobby".utf8), address: Array("127.0.0.1:5".utf8), frame: $0, into: &out)
+                                   room: "lobby", address: "127.0.0.1:5", frame: $0, into: &out)
         }
         #expect(out.count == ClusterEnvelope.fixedSize + 5 + 11 + frame.count)
         #expect(Array(out[0..<5]) == [1, 1, 5, 0, 11])
@@ -36,7 +36,7 @@ import Testing
         let frame = FrameCodec.encode(type: 2, body: [1, 2, 3], byteOrder: .big)
         var good: [UInt8] = []
         frame.withUnsafeBytes {
-            ClusterEnvelope.encode(kind: .bigEndianFrame, origin: 1, stream: 1, seq: 1, room: [0x61], address: [], frame: $0, into: &good)
+            ClusterEnvelope.encode(kind: .bigEndianFrame, origin: 1, stream: 1, seq: 1, room: "a", address: "", frame: $0, into: &good)
         }
         func decode(_ b: [UInt8]) -> ClusterEnvelope.DecodeError? {
             b.withUnsafeBytes { if case .failure(let e) = ClusterEnvelope.decode($0) { e } else { nil } }
