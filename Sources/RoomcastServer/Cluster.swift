@@ -300,6 +300,15 @@ final class ClusterLink: RelayObserver {
         failed(c, reason, now: now)
     }
 
+    /// The wait before the next attempt after `failedAttempts` failed ones
+    /// in a row (0: the connection was just lost): 50 ms, 100, 200 ... 2 s,
+    /// each within ±20 % (`random` picks where), so daemons that lost Redis
+    /// together do not all come back in the same millisecond.
+    static func retryDelayMs(failedAttempts: Int, random: UInt64) -> UInt64 {
+        let base = min(maxRetryMs, firstRetryMs << UInt64(min(max(failedAttempts, 0), 10)))
+        return base * (80 + random % 41) / 100
+    }
+
     /// The connection is idle until its next attempt (backoff with jitter).
     private func failed(_ c: RedisConnection, _ reason: String, now: UInt64) {
         c.state = .idle
@@ -307,9 +316,8 @@ final class ClusterLink: RelayObserver {
         c.outstanding = 0
         c.awaitingSinceMs = nil
         if c.role == .subscriber { subscribed.removeAll(); changedRooms.removeAll() }
-        let base = min(Self.maxRetryMs, Self.firstRetryMs << UInt64(min(c.attempts, 10)))
         random ^= random << 13; random ^= random >> 7; random ^= random << 17
-        let delay = base * (80 + random % 41) / 100
+        let delay = Self.retryDelayMs(failedAttempts: c.attempts, random: random)
         c.retryAtMs = now + delay
         if !everUp && c.attempts == 1 {
             logger.warning("cluster: cannot reach Redis at \(address) (\(c.role.name): \(reason)); retrying, local relay goes on",

@@ -4,6 +4,7 @@
 // delivered).
 import Testing
 @testable import RoomcastCore
+@testable import RoomcastServer
 
 @Suite struct ClusterWireTests {
     @Test func channelNames() {
@@ -158,5 +159,23 @@ final class RecordingObserver: RelayObserver {
         #expect(sink.frames(to: 0) == [t] && sink.frames(to: 1) == [t])
         #expect(t.withUnsafeBytes { relay.deliver($0, toRoom: "elsewhere", sink: sink) } == 0)
         #expect(observer.frames.isEmpty)
+    }
+}
+
+@Suite struct ClusterBackoffTests {
+    /// A lost connection retries after about 50 ms, and each failed attempt
+    /// doubles the wait up to 2 s. (The first version waited 50 ms twice: it
+    /// counted the attempt being scheduled as failed already.)
+    @Test func doublesFrom50msTo2s() {
+        let middle: UInt64 = 20  // 80 + 20 = 100 %: no jitter
+        #expect((0...7).map { ClusterLink.retryDelayMs(failedAttempts: $0, random: middle) } == [50, 100, 200, 400, 800, 1600, 2000, 2000])
+        #expect(ClusterLink.retryDelayMs(failedAttempts: 1_000, random: middle) == 2000)
+    }
+
+    @Test func jitterStaysWithin20Percent() {
+        for r in [0, 1, 40, 41, 12_345_678_901, UInt64.max] as [UInt64] {
+            let d = ClusterLink.retryDelayMs(failedAttempts: 3, random: r)
+            #expect(d >= 320 && d <= 480, "\(d)")
+        }
     }
 }
