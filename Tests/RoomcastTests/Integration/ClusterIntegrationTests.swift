@@ -205,6 +205,35 @@ struct ClusterIntegrationTests {
         bob.expectNoFrame(within: .milliseconds(300))
     }
 
+    @Test("output for a stopped Redis is bounded by max_output_bytes: frames over it are dropped and counted, local relay goes on")
+    func outputToRedisIsBounded() throws {
+        let redis = try RedisServer()
+        // A long timeout, so that the link stays "up" while Redis is stopped and its output piles up.
+        let a = try clusterDaemon(redis, name: "bound", ["cluster.max_output_bytes": "64K", "cluster.timeout": "10s",
+                                                         "protocol.echo": "no"])
+        let sender = try a.connect(), neighbour = try a.connect()
+        #expect(redis.waitForSubscribers("roomcast:bound:room:lobby", 1))
+        redis.freeze()
+        defer { redis.thaw() }
+        // 16 MiB of frames: more than the kernel buffers on both sides of
+        // the loopback connection, so the rest waits in hiredis's output.
+        let body = [UInt8](repeating: 0x5A, count: 60_000)
+        var received = 0
+        for n in 0..<280 {
+            try sender.send(Wire.frame(Wire.opaque, [UInt8(n & 0xFF)] + body))
+            received += neighbour.receiveFrames(8, timeout: .milliseconds(1)).count
+        }
+        received += neighbour.receiveFrames(280 - received, timeout: .seconds(10)).count
+        #expect(received == 280, "local relay goes on while Redis does not read")
+        #expect(a.stderr.wait(forLineWith: ["WARNING", "cluster: Redis is not taking our output", "max_output_bytes 64K",
+                                            "REASON=cluster_output_limit"]))
+        #expect(waitUntil(.seconds(5)) {
+            guard let status = a.notify.all.last(where: { $0.value("STATUS") != nil })?.value("STATUS"),
+                  let dropped = status.split(separator: ",").first(where: { $0.hasSuffix(" dropped") }) else { return false }
+            return Int(dropped.split(separator: " ").first ?? "") ?? 0 > 0
+        }, "STATUS= counts the dropped frames")
+    }
+
     @Test("a daemon restarted: its clients come back, the conversation goes on both ways, nothing twice")
     func daemonRestart() throws {
         let redis = try RedisServer()
