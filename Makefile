@@ -31,8 +31,10 @@ SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
-# pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux
+# pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
+# libhiredis-dev for the CHiredis target ([cluster], issue 14) and redis-server (with
+# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports.
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 
@@ -66,6 +68,9 @@ build:
 # Installs only what is missing; a second run does nothing.
 deps:
 	@if ! pkg-config --exists libsystemd 2>/dev/null \
+	    || ! pkg-config --exists hiredis 2>/dev/null \
+	    || ! command -v redis-server >/dev/null \
+	    || ! command -v redis-cli >/dev/null \
 	    || ! command -v systemd-socket-activate >/dev/null \
 	    || ! command -v systemd-analyze >/dev/null \
 	    || ! command -v python3 >/dev/null \
@@ -231,7 +236,7 @@ clean:
 BENCH_BUILD ?= $(CURDIR)/.build-bench
 export BENCH_BUILD
 
-.PHONY: bench bench-relay bench-plot bench-profile
+.PHONY: bench bench-relay bench-plot bench-profile bench-cluster
 
 # Every workload of BENCHMARKS.md against roomcastd, the C relay
 # bench/ltb-relay.c (the practical limit) and Redis (installed if missing):
@@ -254,3 +259,9 @@ bench-plot:
 # Instructions per delivered frame under callgrind, top functions, syscalls.
 bench-profile:
 	bench/profile.sh
+
+# Issue 14: one hot room on one daemon against the same room split across two
+# daemons of a cluster (Redis pub/sub), and Redis's cost per frame (~2 minutes
+# plus the build); the projection to N daemons is in BENCHMARKS.md.
+bench-cluster:
+	bench/cluster.sh

@@ -26,6 +26,13 @@ let package = Package(
             pkgConfig: "libsystemd",
             providers: [.apt(["libsystemd-dev"])]
         ),
+        // hiredis (Redis pub/sub for rooms that span daemons, `[cluster]`): its
+        // async API on the daemon's own epoll loop, no thread of its own.
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
         // Pure logic, standard library only (no imports): frame codec, proto2,
         // timing wheel, config parsing, relay policy, output queue. No clock,
         // no sockets, no files (RoomcastServer's Config.load reads the file).
@@ -35,7 +42,7 @@ let package = Package(
         // Knows nothing of frames or rooms.
         .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
-        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd"]),
+        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd", "CHiredis"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore", "CEarlySignals"]),
         // The client library: one event loop, reconnects, heartbeats.
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),

@@ -11,6 +11,20 @@ public protocol FrameSink: AnyObject {
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int
 }
 
+/// Told what the relay does to rooms, for rooms that span daemons (the cluster
+/// publishes what is relayed here and subscribes to the rooms
+/// that have members here). Called synchronously, in the relay's order.
+public protocol RelayObserver: AnyObject {
+    /// `room` got its first member.
+    func roomOpened(_ room: RoomName)
+    /// `room` lost its last member.
+    func roomClosed(_ room: RoomName)
+    /// A frame from connection `sender` was relayed to `room` (after its
+    /// members were given it), also when nobody heard it: the leave of the
+    /// last member, a synthesized one included. `frame` is valid only during the call.
+    func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int)
+}
+
 /// The relay rules that can change on reload (docs/protocol.md §2-§4).
 public struct RelaySettings: Equatable, Sendable {
     public var byteOrder: ByteOrder
@@ -125,6 +139,11 @@ public struct Relay {
     /// Keyed by the name's bytes: rooms that only look alike are different (§3).
     private var roomIndex: [RoomName: Int] = [:]
     private var sessions: [Session] = []
+
+    /// Told of rooms opened and closed and of frames relayed (nil: nobody).
+    /// A strong reference (a weak load on every broadcast costs more); the
+    /// observer must not own the relay.
+    public var observer: (any RelayObserver)?
 
     public init(settings: RelaySettings) {
         self.settings = settings
@@ -293,8 +312,19 @@ public struct Relay {
     }
 
     private func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
-        guard rooms.indices.contains(r), !rooms[r].members.isEmpty else { return 0 }
-        return sink.broadcast(frame, from: sender, to: rooms[r].members, except: settings.echo ? -1 : sender)
+        guard rooms.indices.contains(r) else { return 0 }
+        let n = rooms[r].members.isEmpty ? 0 : sink.broadcast(frame, from: sender, to: rooms[r].members, except: settings.echo ? -1 : sender)
+        observer?.relayed(frame, room: rooms[r].name, from: sender)
+        return n
+    }
+
+    /// A frame another daemon relayed to `room`: queued for every
+    /// member here, byte for byte. No member here is its sender, so echo
+    /// rules do not apply, and the observer is not told (it came from there).
+    /// - Returns: how many connections it was queued for.
+    public func deliver(_ frame: UnsafeRawBufferPointer, toRoom room: RoomName, sink: some FrameSink) -> Int {
+        guard let r = roomIndex[room], !rooms[r].members.isEmpty else { return 0 }
+        return sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
     }
 
     /// Sends a synthesized leave of `id` (type leave, body = identity) to
@@ -320,6 +350,7 @@ public struct Relay {
         sessions[id].room = r
         sessions[id].position = rooms[r].members.count
         rooms[r].members.append(id)
+        if rooms[r].members.count == 1 { observer?.roomOpened(name) }
     }
 
     /// Takes `id` out of its room (swap-remove, O(1)); returns the room index
@@ -339,6 +370,7 @@ public struct Relay {
         if rooms[r].members.isEmpty {
             roomIndex[rooms[r].name] = nil
             freeRooms.append(r)
+            observer?.roomClosed(rooms[r].name)
         }
         return r
     }

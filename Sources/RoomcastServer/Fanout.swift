@@ -100,6 +100,9 @@ final class Fanout: FrameSink {
     var relaySettings: RelaySettings
     /// `json.max_frame_bytes`: the largest JSON body sent to a JSON client, in bytes.
     var jsonMaxFrameBytes = Int.max
+    /// The client address of a frame from another daemon (sender -1), set
+    /// around its broadcast: the `addr` JSON clients see (`Server.deliverFromCluster`).
+    var remoteSenderAddress = ""
 
     init(outputHardBytes: Int, relaySettings: RelaySettings) {
         self.outputHardBytes = outputHardBytes
@@ -289,7 +292,7 @@ final class Fanout: FrameSink {
         return freed
     }
 
-    private func address(of id: Int) -> String { table?.address(of: id) ?? "" }
+    private func address(of id: Int) -> String { id < 0 ? remoteSenderAddress : table?.address(of: id) ?? "" }
 
     /// The JSON form of an LTB frame for JSON clients (nil: none).
     private func translate(_ frame: UnsafeRawBufferPointer, from sender: Int) -> [UInt8]? {

@@ -53,6 +53,7 @@ extension Server {
         table.fanout.jsonMaxFrameBytes = config.json.maxFrameBytes
         table.countPerIP = config.server.maxClientsPerIP > 0
         heartbeats.reconfigure(config, nowMs: now)
+        cluster?.reconfigure(config.cluster)
         if config.limits != old.limits {
             for id in table.ids { resetRateLimits(id, now: now) }
         }
@@ -91,6 +92,7 @@ extension Server {
             release(id)
         }
         table.closeList.removeAll()
+        cluster?.shutdown()
         logger.flushSuppressed(nowMs: clock(), final: true)
         logger.info("stopped")
     }

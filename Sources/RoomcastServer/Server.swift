@@ -19,7 +19,8 @@ import RoomcastIO
 /// `JSONBridge.swift` (the JSON dialect), `Output.swift` (flush, write
 /// interest, slow consumers), `ConnectionLifecycle.swift` (open, EOF,
 /// drain, leave, eviction, reap), `Lifecycle.swift` (signals, reload,
-/// stop); the state they share is declared here.
+/// stop), `Cluster.swift` and `RedisConnection.swift` (rooms that span
+/// daemons, over Redis); the state they share is declared here.
 public final class Server {
     /// How the daemon was started (command line and environment).
     public struct Options {
@@ -38,6 +39,8 @@ public final class Server {
         case connection(Int)
         case listener(Int)
         case signal
+        /// A Redis connection of the cluster (`RedisConnection.Role`).
+        case cluster(Int)
     }
 
     /// Descriptors the daemon holds besides its clients: stdio, epoll,
@@ -59,6 +62,8 @@ public final class Server {
     var relay: Relay
     var heartbeats: Heartbeats
     var status = StatusReporter()
+    /// Rooms that span daemons (`[cluster]`); nil when it is off.
+    var cluster: ClusterLink?
     /// The read buffer: whole frames are relayed straight from it (Input.swift).
     var scratch: [UInt8]
     /// Connections whose output is above `output_soft_bytes` (Output.swift).
@@ -121,6 +126,7 @@ public final class Server {
         try openListeners()
         if signalFD >= 0 { _ = try selector.register(signalFD, .signal) }
         let now = clock()
+        startCluster(now: now)
         status.start(nowMs: now, watchdogUsec: systemd.watchdogUsec, statsIntervalMs: config.log.statsIntervalMs)
         if status.watchdogIntervalMs > 0 {
             logger.info("watchdog enabled: pinging every \(formatDuration(ms: status.watchdogIntervalMs))")
@@ -135,11 +141,13 @@ public final class Server {
     /// - Throws: `SystemError` from epoll_wait(2).
     func runOnce(maxWaitMs: UInt64 = maxWaitMs) throws(SystemError) -> Bool {
         let timeout = min(waitTimeout(now: clock()), maxWaitMs)
+        cluster?.beforeWait()  // what this turn published or subscribed: one write per Redis connection
         try selector.wait(timeoutMs: Int32(timeout)) { source, readiness in
             switch source {
             case .connection(let id): connectionReady(id, readiness)
             case .listener(let index): acceptConnections(index)
             case .signal: readSignals()
+            case .cluster(let index): cluster?.ready(index, readiness)
             }
         }
         let now = clock()
@@ -155,6 +163,7 @@ public final class Server {
         var deadline = min(status.deadline(clients: table.count), nextSweepMs)
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
+        if let cluster { deadline = min(deadline, cluster.deadline()) }
         if !overSoft.isEmpty || !draining.isEmpty || systemd.hasPending || logger.owed {
             deadline = min(deadline, now + config.heartbeat.tickMs)
         }
@@ -183,6 +192,7 @@ public final class Server {
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty { checkDrainDeadlines(now: now) }
         resumeAcceptingIfDue(now: now)
+        cluster?.runTimers(now: now)
         if status.watchdogDue(nowMs: now) { systemd.notify("WATCHDOG=1") }
         if let line = status.statusDue(nowMs: now, figures) {
             systemd.notify("STATUS=" + line)
@@ -196,7 +206,8 @@ public final class Server {
 
     /// What STATUS= and the stats line report.
     var figures: StatusReporter.Figures {
-        .init(clients: table.count, rooms: relay.roomCount, deliveries: table.fanout.deliveries, stopping: stopping)
+        .init(clients: table.count, rooms: relay.roomCount, deliveries: table.fanout.deliveries, stopping: stopping,
+              cluster: cluster?.figures)
     }
 
     /// Warns when `server.max_clients` cannot be reached under the

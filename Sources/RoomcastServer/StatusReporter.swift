@@ -16,6 +16,8 @@ struct StatusReporter {
         /// Frames handed to connections so far (`Fanout.deliveries`).
         var deliveries: UInt64
         var stopping: Bool
+        /// The cluster's state (`[cluster]`); nil when it is off.
+        var cluster: ClusterFigures? = nil
     }
 
     /// How often STATUS= is refreshed, in ms.
@@ -93,7 +95,7 @@ struct StatusReporter {
         statusClients = f.clients
         if f.stopping { return "Stopping: flushing \(plural(f.clients, "client"))" }
         return "\(plural(f.clients, "client")), \(plural(f.rooms, "room")), \(Int(inRate.rounded())) frames/s in, "
-            + "\(Int(outRate.rounded())) frames/s out, \(evictions) evicted"
+            + "\(Int(outRate.rounded())) frames/s out, \(evictions) evicted" + (f.cluster.map { "; " + $0.summary } ?? "")
     }
 
     /// The stats log line and its fields if it is due.
@@ -104,6 +106,7 @@ struct StatusReporter {
         let fout = f.deliveries &- lastStats.deliveries
         let message = "stats: \(f.clients) clients, \(f.rooms) rooms, \(fin) frames in (\(Int((Double(fin) / seconds).rounded()))/s), "
             + "\(fout) frames out (\(Int((Double(fout) / seconds).rounded()))/s), \(evictions &- lastStats.evictions) evicted"
+            + (f.cluster.map { "; \($0.summary), \($0.late) late" } ?? "")
         lastStats = (nowMs, framesIn, f.deliveries, evictions)
         setStatsInterval(statsIntervalMs, nowMs: nowMs)
         return (message, f.clients, f.rooms)

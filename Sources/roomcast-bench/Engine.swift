@@ -50,6 +50,8 @@ final class Engine {
     private let eventCap = 1024
     private let events: UnsafeMutablePointer<epoll_event>
     private var address = sockaddr_in()
+    /// One per `--port` (the first is `address`): members are spread over them.
+    private var addresses: [sockaddr_in] = []
     private let heartbeatBytes: [UInt8]
     static let connectBurst = 64
 
@@ -139,6 +141,11 @@ final class Engine {
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = o.port.bigEndian
         guard inet_pton(AF_INET, o.host, &address.sin_addr) == 1 else { fatal("bad IPv4 address '\(o.host)'") }
+        addresses = (o.ports.isEmpty ? [o.port] : o.ports).map { port in
+            var a = address
+            a.sin_port = port.bigEndian
+            return a
+        }
     }
 
     // MARK: - Connections
@@ -195,7 +202,8 @@ final class Engine {
             var size = Int32(clamping: o.receiveBuffer)
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
-        let rc = withUnsafePointer(to: &address) {
+        var target = conns[id].role == .publisher ? addresses[0] : addresses[id % addresses.count]
+        let rc = withUnsafePointer(to: &target) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         if rc < 0 && errno != EINPROGRESS {

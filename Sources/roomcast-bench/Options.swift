@@ -30,6 +30,9 @@ struct Options {
     var target = Target.roomcast
     var host = "127.0.0.1"
     var port: UInt16 = 9898
+    /// `--port P1,P2,...`: several daemons of one cluster (issue 14). The
+    /// publishers connect to the first; members are spread over all, round robin.
+    var ports: [UInt16] = []
     var members = 100
     var publishers = 1
     var size = 64
@@ -59,6 +62,9 @@ struct Options {
     /// Seconds between two heartbeats of one connection (0: none).
     var heartbeat = 10.0
     var serverPid: Int32?
+    /// `--cpu-pids P1,P2,...`: more processes whose CPU is measured over the
+    /// window (the other daemons of a cluster, redis-server), reported as `cpu_pidN_pct`.
+    var cpuPids: [Int32] = []
     /// Idle mode: connection counts at which the daemon's RSS is sampled.
     var rssSteps: [Int] = []
     /// Connects in progress at once (set-up; storm: 0 = all at once).
@@ -117,8 +123,10 @@ struct Options {
         Target:
           --target roomcast|redis   (default roomcast)
           --host H              127.x.x.x only (default 127.0.0.1)
-          --port P              (default 9898)
+          --port P[,P2...]      (default 9898); several: daemons of one cluster, publishers on
+                                the first, members spread over all of them
           --server-pid PID      read the server's RSS (/proc/PID/status) and CPU (/proc/PID/stat)
+          --cpu-pids P1,P2...   also measure these processes' CPU over the window (cpu_pidN_pct)
 
         Output:
           --json                one JSON object instead of the table
@@ -174,7 +182,14 @@ struct Options {
                 guard let t = Target(rawValue: v) else { throw UsageError(message: "unknown target '\(v)'") }
                 o.target = t
             case "--host": o.host = try value()
-            case "--port": o.port = UInt16(try int(1, 65535))
+            case "--port":
+                let v = try value()
+                let list = v.split(separator: ",").compactMap { UInt16($0) }.filter { $0 > 0 }
+                guard !list.isEmpty, list.count == v.split(separator: ",", omittingEmptySubsequences: false).count else {
+                    throw UsageError(message: "--port: '\(v)' is not a port or a comma-separated list of ports")
+                }
+                o.port = list[0]
+                o.ports = list
             case "--members": o.members = try int(0, 19_000)
             case "--publishers": o.publishers = try int(1, 1_000)
             case "--size": o.size = try int(20, 1 << 20)
@@ -212,6 +227,12 @@ struct Options {
             case "--rcvbuf": o.receiveBuffer = try int(0, 1 << 30)
             case "--read-size": o.readSize = try int(64, 1 << 24)
             case "--server-pid": o.serverPid = Int32(try int(1, Int(Int32.max)))
+            case "--cpu-pids":
+                let v = try value()
+                o.cpuPids = v.split(separator: ",").compactMap { Int32($0) }
+                guard !o.cpuPids.isEmpty, o.cpuPids.count == v.split(separator: ",").count else {
+                    throw UsageError(message: "--cpu-pids: '\(v)' is not a comma-separated list of process ids")
+                }
             case "--json": o.json = true
             case "--label": o.label = try value()
             case "--server": o.server = try value()

@@ -138,6 +138,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     if o.frames == nil { engine.run(seconds: o.warmup) }
     let self0 = selfCPUTimes(), cpu0 = server?.cpuTimes(), t0 = now()
     let wait0 = server?.runQueueWaitSeconds(), selfWait0 = selfRunQueueWaitSeconds()
+    let others0 = o.cpuPids.map { ProcessProbe(pid: $0).cpuSeconds() ?? 0 }
     let sent0 = engine.framesSent
     engine.measuring = true
     var stormSeconds: Double?
@@ -162,6 +163,7 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     engine.measuring = false
     let t1 = now(), self1 = selfCPUTimes(), cpu1 = server?.cpuTimes()
     let wait1 = server?.runQueueWaitSeconds(), selfWait1 = selfRunQueueWaitSeconds()
+    let others1 = o.cpuPids.map { ProcessProbe(pid: $0).cpuSeconds() ?? 0 }
     let measuredFrames = engine.framesSent - sent0
     engine.sending = false
     let expected = engine.framesSent * UInt64(o.members)
@@ -227,6 +229,9 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
         let both = cpu.total + gen.total
         let perBoth = both > 0 ? Double(engine.measuredDeliveries) / both : 0
         r.add("deliveries_per_cpu_s", "deliveries per CPU-second (server + generator)", .double(perBoth, digits: 0))
+    }
+    for (i, pid) in o.cpuPids.enumerated() {
+        r.add("cpu_pid\(i)_pct", "CPU of process \(pid)", .double(100 * (others1[i] - others0[i]) / secs, digits: 1), "% of a core")
     }
     if let rssBefore { r.add("server_rss_before_kib", "server RSS before", .int(rssBefore), "KiB") }
     if let rssAfter { r.add("server_rss_after_kib", "server RSS after", .int(rssAfter), "KiB") }

@@ -144,8 +144,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
     }
 
     /// Uncommenting every `#key = value` line must still give the defaults:
-    /// the documented values are the real ones. `[json] listen` has no
-    /// default (the listener is off): its line is an example, left commented.
+    /// the documented values are the real ones. `[json] listen` and
+    /// `[cluster] redis` have no default (they are off): their lines are
+    /// examples, left commented.
     @Test func shippedFileUncommentedEqualsDefaults() throws {
         let bytes = try #require(readAll(shippedConfPath))
         let text = String(decoding: bytes, as: UTF8.self)
@@ -153,6 +154,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
             if line.hasPrefix("[") { section = String(line) }
             if section == "[json]" && line.hasPrefix("#listen") { return line }
+            if section == "[cluster]" && line.hasPrefix("#redis") { return line }
             return line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
         }.joined(separator: "\n")
         #expect(uncommented != text)
@@ -178,9 +180,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log", "cluster"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 29)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 33)
     }
 
     /// The operator's documentation names every key: the README's table and
@@ -235,6 +237,11 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             max_frame_bytes = 4K
             heartbeat_timeout = 45s
             tcp_keepalive = 2min
+            [cluster]
+            redis = [::1]:6380
+            name = eu-west.1
+            timeout = 500ms
+            max_output_bytes = 1M
             """
         let c = try Config.parse(text, file: "t")
         let expected = Config(
@@ -248,7 +255,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             log: .init(level: .debug, target: .journal, statsIntervalMs: 0),
             json: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9899, isIPv6: false),
                                  ListenAddress(host: "::1", port: 9899, isIPv6: true)],
-                        maxFrameBytes: 4096, heartbeatTimeoutMs: 45_000, tcpKeepaliveMs: 120_000))
+                        maxFrameBytes: 4096, heartbeatTimeoutMs: 45_000, tcpKeepaliveMs: 120_000),
+            cluster: .init(redis: .tcp(host: "::1", port: 6380, isIPv6: true), name: "eu-west.1", timeoutMs: 500,
+                           maxOutputBytes: 1 << 20))
         #expect(c == expected)
     }
 
@@ -502,5 +511,57 @@ private func readAll(_ path: String) -> [UInt8]? {
 extension Substring {
     fileprivate var trimmingSpaces: String {
         String(drop { $0 == " " }.reversed().drop { $0 == " " }.reversed())
+    }
+}
+
+/// `[cluster]` (issue 14): the Redis address is numeric or a Unix socket,
+/// never a host name, and every refusal names the file and line.
+@Suite struct ClusterConfigTests {
+    @Test(arguments: [
+        ("127.0.0.1:6379", RedisAddress.tcp(host: "127.0.0.1", port: 6379, isIPv6: false)),
+        ("[::1]:6379", .tcp(host: "::1", port: 6379, isIPv6: true)),
+        ("[0:0::1]:1", .tcp(host: "::1", port: 1, isIPv6: true)),
+        ("unix:/run/redis/redis-server.sock", .unix(path: "/run/redis/redis-server.sock")),
+    ])
+    func addresses(text: String, address: RedisAddress) throws {
+        let c = try Config.parse("[cluster]\nredis = \(text)\n", file: "t")
+        #expect(c.cluster.redis == address)
+        #expect(RedisAddress.parse(address.description) == address)
+    }
+
+    @Test(arguments: ["redis.internal:6379", "localhost:6379", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536",
+                      "::1:6379", "unix:", "unix:relative.sock", "unix:/" + String(repeating: "x", count: 107), ""])
+    func refusedAddresses(text: String) throws {
+        let text = "[cluster]\n# the broker\nredis = \(text)\n"
+        #expect(throws: ConfigError.self) { try Config.parse(text, file: "c.conf") }
+        do {
+            _ = try Config.parse(text, file: "c.conf")
+        } catch {
+            #expect(error.line == 3)
+            #expect(error.description.hasPrefix("c.conf:3: cluster.redis: "))
+            #expect(error.reason.contains("host names are not resolved"))
+        }
+    }
+
+    @Test func offByDefault() throws {
+        let c = try Config.parse("", file: "t")
+        #expect(c.cluster.redis == nil)
+        #expect(c.cluster.name == "main")
+        #expect(c.cluster.timeoutMs == 2_000)
+        #expect(c.cluster.maxOutputBytes == 4 << 20)
+    }
+
+    @Test(arguments: [("name = a:b", 2, "not a cluster name"), ("name = ", 2, "not a cluster name"),
+                      ("name = " + String(repeating: "n", count: 65), 2, "not a cluster name"),
+                      ("timeout = 50ms", 2, "out of range"), ("timeout = 2min", 2, "out of range"),
+                      ("max_output_bytes = 1K", 2, "out of range"), ("sharded = yes", 2, "unknown key")])
+    func refusedValues(line: String, at: Int, reason: String) throws {
+        do {
+            _ = try Config.parse("[cluster]\n\(line)\n", file: "t")
+            Issue.record("'\(line)' was accepted")
+        } catch {
+            #expect(error.line == at)
+            #expect(error.reason.contains(reason), "\(error)")
+        }
     }
 }

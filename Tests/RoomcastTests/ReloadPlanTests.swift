@@ -54,3 +54,26 @@ import Testing
         #expect(activated.applied.server.listen == running.server.listen && activated.applied.json.listen == running.json.listen)
     }
 }
+
+@Suite struct ClusterReloadPlanTests {
+    @Test("a changed Redis or cluster name waits for a restart; timeout and max_output_bytes apply at once")
+    func clusterKeys() throws {
+        let running = try ReloadPlanTests.config("[cluster]\nredis = 127.0.0.1:6379\nname = a\n")
+        let file = try ReloadPlanTests.config("[cluster]\nredis = unix:/run/redis.sock\nname = b\ntimeout = 5s\nmax_output_bytes = 1M\n")
+        let plan = running.reloadPlan(to: file, listenOverridden: false, socketActivated: true)
+        #expect(plan.needRestart == ["cluster.redis", "cluster.name"])
+        #expect(plan.applied.cluster.redis == running.cluster.redis)
+        #expect(plan.applied.cluster.name == "a")
+        #expect(plan.applied.cluster.timeoutMs == 5_000)
+        #expect(plan.applied.cluster.maxOutputBytes == 1 << 20)
+    }
+
+    @Test("turning the cluster on or off by reload is refused too")
+    func onOff() throws {
+        let off = try ReloadPlanTests.config("")
+        let on = try ReloadPlanTests.config("[cluster]\nredis = 127.0.0.1:6379\n")
+        #expect(off.reloadPlan(to: on, listenOverridden: false, socketActivated: false).needRestart == ["cluster.redis"])
+        #expect(off.reloadPlan(to: on, listenOverridden: false, socketActivated: false).applied.cluster.redis == nil)
+        #expect(on.reloadPlan(to: off, listenOverridden: false, socketActivated: false).applied.cluster.redis == on.cluster.redis)
+    }
+}

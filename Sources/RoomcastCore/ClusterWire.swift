@@ -1,0 +1,242 @@
+// What the daemons of a cluster say to each other through Redis pub/sub
+// (issue 14; docs/protocol.md §12): the channel names, the envelope around
+// every relayed frame, and the sequence numbers that let a daemon drop late
+// duplicates and count what it never received. Pure: no sockets, no Redis.
+
+/// The channels of one cluster. Every name starts with `roomcast:NAME:`, so
+/// clusters with different names can share one Redis. Room names go in as
+/// their UTF-8 bytes (Redis channel names are binary-safe).
+public struct ClusterChannels: Sendable {
+    /// `roomcast:NAME:room:` as bytes.
+    public let roomPrefix: [UInt8]
+    /// `roomcast:NAME:hb:` as bytes.
+    public let heartbeatPrefix: [UInt8]
+
+    public init(name: String) {
+        roomPrefix = Array("roomcast:\(name):room:".utf8)
+        heartbeatPrefix = Array("roomcast:\(name):hb:".utf8)
+    }
+
+    /// `roomcast:NAME:room:ROOM`: where every frame relayed to ROOM goes.
+    public func room(_ room: RoomName) -> [UInt8] { roomPrefix + room.bytes }
+
+    /// `roomcast:NAME:hb:ORIGIN` (16 lowercase hex digits): a daemon's
+    /// heartbeat to itself, the proof that Redis still relays.
+    public func heartbeat(origin: UInt64) -> [UInt8] { heartbeatPrefix + Array(ClusterEnvelope.hex(origin).utf8) }
+}
+
+/// The payload of every cluster message: one relayed frame, byte for byte
+/// as the origin relayed it, with what a receiver needs around it.
+/// Integers are little-endian:
+///
+///     offset size
+///     0      1    version (1)
+///     1      1    kind: 0 heartbeat, 1 LTB frame with a little-endian header, 2 big-endian
+///     2      2    room length R
+///     4      1    address length A
+///     5      8    origin: the sending daemon, a random number drawn at each start
+///     13     8    stream: which run of the room at the origin (see `ClusterStreams`)
+///     21     8    seq: 1, 2, 3 ... within the stream
+///     29     R    room name (UTF-8)
+///     29+R   A    the address of the client the frame came from, as its daemon saw it
+///                 (`203.0.113.7:51234`, `[2001:db8::1]:51234`); JSON clients get it as `addr`
+///     29+R+A      the frame: 6-byte header + body (nothing for a heartbeat)
+public struct ClusterEnvelope: Equatable, Sendable {
+    public static let version: UInt8 = 1
+    /// Bytes before the room name.
+    public static let fixedSize = 29
+
+    public enum Kind: UInt8, Sendable {
+        case heartbeat = 0
+        case littleEndianFrame = 1
+        case bigEndianFrame = 2
+
+        /// The kind of a frame in `byteOrder`.
+        public init(_ byteOrder: ByteOrder) { self = byteOrder == .little ? .littleEndianFrame : .bigEndianFrame }
+    }
+
+    /// A decoded envelope: views into the payload, valid as long as it is.
+    public struct View {
+        public var kind: Kind
+        public var origin: UInt64
+        public var stream: UInt64
+        public var seq: UInt64
+        public var room: UnsafeRawBufferPointer
+        public var address: UnsafeRawBufferPointer
+        public var frame: UnsafeRawBufferPointer
+    }
+
+    /// Why a payload is not an envelope this daemon can use.
+    public enum DecodeError: Error, Equatable, Sendable {
+        case tooShort
+        case unknownVersion(UInt8)
+        case unknownKind(UInt8)
+        /// The frame's header does not match the bytes after it.
+        case badFrame
+    }
+
+    /// Appends the envelope of `frame` to `out` (emptied first, capacity
+    /// kept). Not generic: it is on the publish path of every frame, and an
+    /// unspecialized generic append from another module goes byte by byte.
+    /// An address over 255 bytes (never, for a numeric one) is cut.
+    public static func encode(kind: Kind, origin: UInt64, stream: UInt64, seq: UInt64, room: RoomName,
+                              address: String, frame: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        let roomLength = room.bytes.count, addressLength = min(address.utf8.count, Int(UInt8.max))
+        precondition(roomLength <= Int(UInt16.max))
+        out.removeAll(keepingCapacity: true)
+        out.append(version)
+        out.append(kind.rawValue)
+        withUnsafeBytes(of: UInt16(roomLength).littleEndian) { out.append(contentsOf: $0) }
+        out.append(UInt8(addressLength))
+        withUnsafeBytes(of: origin.littleEndian) { out.append(contentsOf: $0) }
+        withUnsafeBytes(of: stream.littleEndian) { out.append(contentsOf: $0) }
+        withUnsafeBytes(of: seq.littleEndian) { out.append(contentsOf: $0) }
+        out.append(contentsOf: room.bytes)
+        out.append(contentsOf: address.utf8.prefix(addressLength))
+        out.append(contentsOf: frame)
+    }
+
+    /// Reads an envelope without copying. A frame's 6-byte header must
+    /// announce exactly the bytes that follow it (in the byte order `kind` names).
+    public static func decode(_ p: UnsafeRawBufferPointer) -> Result<View, DecodeError> {
+        guard p.count >= fixedSize else { return .failure(.tooShort) }
+        guard p[0] == version else { return .failure(.unknownVersion(p[0])) }
+        guard let kind = Kind(rawValue: p[1]) else { return .failure(.unknownKind(p[1])) }
+        let roomLength = Int(UInt16(littleEndian: p.loadUnaligned(fromByteOffset: 2, as: UInt16.self)))
+        let addressLength = Int(p[4])
+        let roomStart = fixedSize
+        let addressStart = roomStart + roomLength
+        let frameStart = addressStart + addressLength
+        guard p.count >= frameStart else { return .failure(.tooShort) }
+        let frame = UnsafeRawBufferPointer(rebasing: p[frameStart...])
+        switch kind {
+        case .heartbeat:
+            break
+        case .littleEndianFrame, .bigEndianFrame:
+            let order: ByteOrder = kind == .littleEndianFrame ? .little : .big
+            guard case .frame(_, let length) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max),
+                  FrameCodec.headerSize + length == frame.count else { return .failure(.badFrame) }
+        }
+        return .success(View(kind: kind,
+                             origin: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 5, as: UInt64.self)),
+                             stream: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 13, as: UInt64.self)),
+                             seq: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 21, as: UInt64.self)),
+                             room: UnsafeRawBufferPointer(rebasing: p[roomStart..<addressStart]),
+                             address: UnsafeRawBufferPointer(rebasing: p[addressStart..<frameStart]),
+                             frame: frame))
+    }
+
+    /// The frame's header rewritten into `byteOrder` (same type and length):
+    /// for a daemon whose clients use the other byte order.
+    public static func convertHeader(_ frame: UnsafeRawBufferPointer, from: ByteOrder, to: ByteOrder, into out: inout [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        guard case .frame(let type, let length) = FrameCodec.parse(frame, byteOrder: from, maxFrameBytes: Int.max) else { return }
+        FrameCodec.appendHeader(type: type, length: UInt32(length), byteOrder: to, to: &out)
+        out.append(contentsOf: frame[FrameCodec.headerSize...])
+    }
+
+    /// 16 lowercase hex digits.
+    public static func hex(_ v: UInt64) -> String {
+        let s = String(v, radix: 16)
+        return String(repeating: "0", count: 16 - s.count) + s
+    }
+}
+
+/// The sending side's numbering. Each room this daemon has members in is a
+/// stream with an id of its own (drawn from one counter, so a later run of
+/// the same room always has a larger id) and its frames are numbered 1, 2, 3
+/// ... within it. A frame this daemon could not publish (Redis down, output
+/// over the limit) still takes its number, so the receivers see the gap.
+/// A frame relayed to a room that has no member here any more (the last
+/// member's leave) goes out alone, as a stream of one frame.
+public struct ClusterStreams {
+    public struct Stream {
+        public var id: UInt64
+        public var seq: UInt64 = 0
+        /// The room's channel, made once per stream.
+        public var channel: [UInt8]
+    }
+
+    private var streams: [RoomName: Stream] = [:]
+    private var lastID: UInt64 = 0
+    private let channels: ClusterChannels
+
+    public init(channels: ClusterChannels) {
+        self.channels = channels
+    }
+
+    /// Rooms with a stream: those with members here.
+    public var count: Int { streams.count }
+
+    /// `room` got its first member here: a new stream.
+    public mutating func open(_ room: RoomName) {
+        lastID += 1
+        streams[room] = Stream(id: lastID, channel: channels.room(room))
+    }
+
+    /// `room` lost its last member here.
+    public mutating func close(_ room: RoomName) {
+        streams[room] = nil
+    }
+
+    /// The next number for a frame to `room`, with the room's channel.
+    public mutating func next(_ room: RoomName) -> (stream: UInt64, seq: UInt64, channel: [UInt8]) {
+        if streams[room] != nil {
+            return withNext(&streams[room]!)
+        }
+        lastID += 1
+        return (lastID, 1, channels.room(room))
+    }
+
+    private func withNext(_ s: inout Stream) -> (stream: UInt64, seq: UInt64, channel: [UInt8]) {
+        s.seq += 1
+        return (s.id, s.seq, s.channel)
+    }
+}
+
+/// The receiving side: per room and origin, the last stream and number
+/// delivered. Frames of one origin arrive in order over Redis, except after a
+/// reconnect of its publisher (commands the old connection had sent may run
+/// later): a frame at or behind the last one delivered is late and dropped,
+/// so nothing is delivered twice and each sender's order holds; a frame
+/// further ahead than the next counts the frames in between as lost.
+public struct ClusterSequenceTracker {
+    public enum Verdict: Equatable, Sendable {
+        /// Deliver it; `missed` frames of its stream before it never arrived.
+        case deliver(missed: UInt64)
+        /// At or behind the last frame delivered from its origin: drop it.
+        case late
+    }
+
+    private struct Position {
+        var stream: UInt64
+        var seq: UInt64
+    }
+
+    private var rooms: [RoomName: [UInt64: Position]] = [:]
+
+    public init() {}
+
+    /// Origins with state, over all rooms (for tests and the stats).
+    public var count: Int { rooms.values.reduce(0) { $0 + $1.count } }
+
+    /// Decides about one frame and remembers it if delivered. The first
+    /// frame seen from an origin in a room starts its count: frames before
+    /// it were sent before this daemon listened, not lost.
+    public mutating func check(room: RoomName, origin: UInt64, stream: UInt64, seq: UInt64) -> Verdict {
+        guard let last = rooms[room]?[origin] else {
+            rooms[room, default: [:]][origin] = Position(stream: stream, seq: seq)
+            return .deliver(missed: 0)
+        }
+        if stream < last.stream || (stream == last.stream && seq <= last.seq) { return .late }
+        rooms[room]![origin] = Position(stream: stream, seq: seq)
+        // A new run of the room at the origin: the frames of it before this one were lost.
+        return .deliver(missed: stream == last.stream ? seq - last.seq - 1 : max(seq, 1) - 1)
+    }
+
+    /// This daemon stopped listening to `room` (its last member left): what
+    /// is published there meanwhile is not lost to anyone here.
+    public mutating func forget(room: RoomName) {
+        rooms[room] = nil
+    }
+}

@@ -1,0 +1,480 @@
+@preconcurrency import CHiredis
+import Glibc
+import RoomcastCore
+import RoomcastIO
+
+// Cluster.swift owns rooms that span daemons (issue 14; README "Running
+// several daemons"; docs/protocol.md §12): the link to Redis pub/sub with
+// its two connections, what it publishes (every frame the relay relays,
+// through `RelayObserver`), what it subscribes to (the rooms with members
+// here), what it delivers (other daemons' frames, through
+// `Server.deliverFromCluster`), and how it survives a Redis that is down,
+// slow, restarted or stopped. Local relay never waits for it: it only
+// appends to hiredis's output, which is written once per loop turn.
+
+/// What STATUS= and the stats line report about the cluster.
+struct ClusterFigures: Equatable {
+    /// Both connections are ready.
+    var connected: Bool
+    /// Rooms subscribed (those with members here), while connected.
+    var rooms: Int
+    /// Frames published to Redis.
+    var published: UInt64
+    /// Frames from other daemons delivered here.
+    var received: UInt64
+    /// Frames not published: Redis down, or its output over `max_output_bytes`.
+    var dropped: UInt64
+    /// Frames of other daemons that never arrived (sequence gaps).
+    var gaps: UInt64
+    /// Frames of other daemons dropped as late duplicates.
+    var late: UInt64
+
+    /// `cluster connected, 3 rooms, 1200 frames out, 2400 in, 0 dropped, 0 gaps`.
+    var summary: String {
+        "cluster \(connected ? "connected" : "disconnected"), \(plural(rooms, "room")) subscribed, \(published) frames out, "
+            + "\(received) in, \(dropped) dropped, \(gaps) gaps"
+    }
+}
+
+/// The daemon's link to the cluster: owned by the server, which it refers
+/// back to (unowned) for the clock, the logger, addresses and delivery.
+final class ClusterLink: RelayObserver {
+    /// Reconnect delays: 50 ms, doubled at each failed attempt, at most 2 s (with ±20 % jitter).
+    static let firstRetryMs: UInt64 = 50
+    static let maxRetryMs: UInt64 = 2_000
+    /// Channels per SUBSCRIBE when resubscribing every room.
+    static let subscribeBatch = 1_000
+
+    private unowned let server: Server
+    let address: RedisAddress
+    private(set) var settings: Config.Cluster
+    /// This daemon in the cluster: random, drawn at each start.
+    let origin: UInt64
+    let channels: ClusterChannels
+    private let heartbeatChannel: [UInt8]
+    /// The kind of every frame relayed here (one byte order per daemon).
+    private let kind: ClusterEnvelope.Kind
+    private let byteOrder: ByteOrder
+    private(set) var publisher: RedisConnection!
+    private(set) var subscriber: RedisConnection!
+
+    private var streams: ClusterStreams
+    private var tracker = ClusterSequenceTracker()
+    /// Rooms with members here: what the subscriber should listen to.
+    private var rooms: Set<RoomName> = []
+    /// What the subscriber has asked Redis for since it connected.
+    private var subscribed: Set<RoomName> = []
+    /// Rooms opened or closed since the last flush (the subscriber's work).
+    private var changedRooms: [RoomName] = []
+
+    private(set) var published: UInt64 = 0
+    private(set) var received: UInt64 = 0
+    private(set) var dropped: UInt64 = 0
+    private(set) var gaps: UInt64 = 0
+    private(set) var late: UInt64 = 0
+
+    /// The next heartbeat to ourselves through Redis, in ms.
+    private var nextHeartbeatMs: UInt64 = 0
+    private var heartbeatSeq: UInt64 = 0
+    /// When our own heartbeat last came back (or the round trip (re)started), in ms.
+    private var lastHeardMs: UInt64 = 0
+    /// Both connections were ready at least once.
+    private var everUp = false
+    /// When the cluster last went down (nil: it is up, or never was), and
+    /// the figures then, for the line that says it is back.
+    private var downSince: (ms: UInt64, dropped: UInt64, gaps: UInt64)?
+    private var attemptsWhileDown = 0
+    private var random: UInt64
+
+    /// Reusable buffers: the envelope being published, a frame in the other byte order.
+    private var envelope: [UInt8] = []
+    private var converted: [UInt8] = []
+
+    init(server: Server, address: RedisAddress, settings: Config.Cluster, byteOrder: ByteOrder) {
+        self.server = server
+        self.address = address
+        self.settings = settings
+        self.byteOrder = byteOrder
+        kind = ClusterEnvelope.Kind(byteOrder)
+        var seed: UInt64 = 0
+        if getrandom(&seed, 8, 0) != 8 { seed = UInt64(Sys.monotonicUsec()) &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(getpid()) }
+        origin = seed == 0 ? 1 : seed
+        random = origin
+        channels = ClusterChannels(name: settings.name)
+        heartbeatChannel = channels.heartbeat(origin: origin)
+        streams = ClusterStreams(channels: channels)
+        envelope.reserveCapacity(1024)
+        publisher = RedisConnection(role: .publisher, link: self, selector: server.selector)
+        subscriber = RedisConnection(role: .subscriber, link: self, selector: server.selector)
+    }
+
+    var nowMs: UInt64 { server.clock() }
+    private var logger: Logger { server.logger }
+    var connected: Bool { publisher.state == .ready && subscriber.state == .ready }
+
+    var figures: ClusterFigures {
+        ClusterFigures(connected: connected, rooms: subscriber.state == .ready ? subscribed.count : 0, published: published,
+                       received: received, dropped: dropped, gaps: gaps, late: late)
+    }
+
+    /// New `timeout` and `max_output_bytes` (reload); `redis` and `name` need a restart.
+    func reconfigure(_ new: Config.Cluster) {
+        settings.timeoutMs = new.timeoutMs
+        settings.maxOutputBytes = new.maxOutputBytes
+    }
+
+    /// The first connects; the loop's timers do the rest.
+    func start(nowMs: UInt64) {
+        logger.info("cluster: origin \(ClusterEnvelope.hex(origin)), Redis at \(address), channels "
+                    + "roomcast:\(settings.name):room:ROOM", ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(origin)])
+        downSince = (nowMs, 0, 0)
+        connect(publisher, nowMs: nowMs)
+        connect(subscriber, nowMs: nowMs)
+    }
+
+    /// At exit: what hiredis holds is written if the socket takes it, then
+    /// both contexts are freed while everything they point to is alive.
+    func shutdown() {
+        publisher.flush()
+        publisher.free()
+        subscriber.free()
+    }
+
+    // MARK: - The relay's hooks (RelayObserver)
+
+    func roomOpened(_ room: RoomName) {
+        rooms.insert(room)
+        streams.open(room)
+        if subscriber.state == .handshaking || subscriber.state == .ready { changedRooms.append(room) }
+    }
+
+    func roomClosed(_ room: RoomName) {
+        rooms.remove(room)
+        streams.close(room)
+        tracker.forget(room: room)
+        if subscriber.state == .handshaking || subscriber.state == .ready { changedRooms.append(room) }
+    }
+
+    /// Every frame relayed here goes to Redis once; one that cannot (Redis
+    /// down or slow) still takes its number, so the others count the gap.
+    func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int) {
+        let next = streams.next(room)
+        guard publisher.state == .ready else {
+            dropped &+= 1
+            return
+        }
+        let pending = publisher.pendingOutput
+        guard pending + frame.count <= settings.maxOutputBytes else {
+            dropped &+= 1
+            logger.peerWarning(reason: "cluster_output_limit", nowMs: nowMs,
+                               "cluster: Redis is not taking our output (\(pending) bytes waiting, max_output_bytes "
+                               + "\(formatSize(settings.maxOutputBytes))): a frame to \(room) was not published",
+                               ["ROOM": room.string, "REDIS": address.description])
+            return
+        }
+        ClusterEnvelope.encode(kind: kind, origin: origin, stream: next.stream, seq: next.seq, room: room,
+                               address: server.table.address(of: sender), frame: frame, into: &envelope)
+        if publisher.publish(next.channel, envelope, nowMs: self.nowMs) {
+            published &+= 1
+        } else {
+            dropped &+= 1
+        }
+    }
+
+    // MARK: - The loop's hooks
+
+    /// Before the loop waits: subscription changes of this turn, then one write per connection.
+    func beforeWait() {
+        if !changedRooms.isEmpty { flushSubscriptions() }
+        publisher.flush()
+        subscriber.flush()
+    }
+
+    /// A selector event for connection `index` (`Server.Source.cluster`).
+    func ready(_ index: Int, _ readiness: Readiness) {
+        (index == RedisConnection.Role.publisher.rawValue ? publisher : subscriber).ready(readiness)
+    }
+
+    /// The earliest time the timers have something to do.
+    func deadline() -> UInt64 {
+        var d = UInt64.max
+        for c in [publisher!, subscriber!] {
+            switch c.state {
+            case .idle: d = min(d, c.retryAtMs)
+            case .connecting, .handshaking: d = min(d, c.sinceMs + settings.timeoutMs)
+            case .ready: if let since = c.awaitingSinceMs { d = min(d, since + settings.timeoutMs) }
+            }
+            if c.pendingReset != nil { d = 0 }
+        }
+        if publisher.state == .ready {
+            d = min(d, nextHeartbeatMs)
+            if subscriber.state == .ready { d = min(d, lastHeardMs + settings.timeoutMs) }
+        }
+        return d
+    }
+
+    /// Reconnects, connect timeouts, heartbeats and the watchdog.
+    func runTimers(now: UInt64) {
+        let timeout = settings.timeoutMs
+        for c in [publisher!, subscriber!] {
+            if let reason = c.pendingReset {
+                lose(c, reason, now: now)
+                continue
+            }
+            switch c.state {
+            case .idle:
+                if now >= c.retryAtMs { connect(c, nowMs: now) }
+            case .connecting, .handshaking:
+                if now &- c.sinceMs >= timeout {
+                    lose(c, c.state == .connecting ? "connect did not complete within \(formatDuration(ms: timeout))"
+                         : "no answer within \(formatDuration(ms: timeout)) of connecting", now: now)
+                }
+            case .ready:
+                if let since = c.awaitingSinceMs, now &- since >= timeout {
+                    lose(c, "no reply for \(formatDuration(ms: timeout)) (Redis stopped?)", now: now)
+                }
+            }
+        }
+        guard publisher.state == .ready else { return }
+        if subscriber.state == .ready, now &- lastHeardMs >= timeout {
+            lose(subscriber, "our heartbeat did not come back within \(formatDuration(ms: timeout)) (Redis stopped?)", now: now)
+        }
+        if now >= nextHeartbeatMs {
+            heartbeatSeq &+= 1
+            ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
+                                   frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
+            _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
+            nextHeartbeatMs = now + max(1, timeout / 4)
+        }
+    }
+
+    // MARK: - Connections
+
+    private func connect(_ c: RedisConnection, nowMs now: UInt64) {
+        c.attempts += 1
+        if downSince != nil { attemptsWhileDown += 1 }
+        if let reason = c.connect(address, nowMs: now) {
+            failed(c, reason, now: now)
+        }
+    }
+
+    /// hiredis's connect callback (OK): the handshake starts.
+    func redisConnected(_ c: RedisConnection) {
+        c.state = .handshaking
+        c.sinceMs = nowMs
+        switch c.role {
+        case .publisher:
+            c.command([Array("PING".utf8)], .ping)
+        case .subscriber:
+            // The heartbeat channel first (its confirmation makes the
+            // subscriber ready, and keeps the context subscribed while no
+            // room is), then every room with members here.
+            subscribed = rooms
+            changedRooms.removeAll()
+            let all = rooms.map { channels.room($0) }
+            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel], .subscription)
+            var start = 0
+            while start < all.count {
+                let end = min(start + Self.subscribeBatch, all.count)
+                c.command([Array("SUBSCRIBE".utf8)] + all[start..<end], .subscription)
+                start = end
+            }
+        }
+    }
+
+    /// hiredis's connect (ERR) or disconnect callback: the context is being
+    /// freed by hiredis; the next attempt is a timer.
+    func redisLost(_ c: RedisConnection, reason: String, connected: Bool) {
+        let now = nowMs
+        if connected || c.state == .ready || c.state == .handshaking {
+            wentDown(c, reason, now: now)
+        }
+        failed(c, reason, now: now)
+    }
+
+    /// Drops a connection that hiredis still holds (watchdog, timeouts, a bad answer).
+    private func lose(_ c: RedisConnection, _ reason: String, now: UInt64) {
+        let wasUp = c.state == .ready || c.state == .handshaking
+        c.free()
+        if wasUp { wentDown(c, reason, now: now) }
+        failed(c, reason, now: now)
+    }
+
+    /// The wait before the next attempt after `failedAttempts` failed ones
+    /// in a row (0: the connection was just lost): 50 ms, 100, 200 ... 2 s,
+    /// each within ±20 % (`random` picks where), so daemons that lost Redis
+    /// together do not all come back in the same millisecond.
+    static func retryDelayMs(failedAttempts: Int, random: UInt64) -> UInt64 {
+        let base = min(maxRetryMs, firstRetryMs << UInt64(min(max(failedAttempts, 0), 10)))
+        return base * (80 + random % 41) / 100
+    }
+
+    /// The connection is idle until its next attempt (backoff with jitter).
+    private func failed(_ c: RedisConnection, _ reason: String, now: UInt64) {
+        c.state = .idle
+        c.pendingReset = nil
+        c.outstanding = 0
+        c.awaitingSinceMs = nil
+        if c.role == .subscriber { subscribed.removeAll(); changedRooms.removeAll() }
+        random ^= random << 13; random ^= random >> 7; random ^= random << 17
+        let delay = Self.retryDelayMs(failedAttempts: c.attempts, random: random)
+        c.retryAtMs = now + delay
+        if !everUp && c.attempts == 1 {
+            logger.warning("cluster: cannot reach Redis at \(address) (\(c.role.name): \(reason)); retrying, local relay goes on",
+                           ["REASON": "cluster_down", "REDIS": address.description, "DETAIL": reason])
+        } else {
+            logger.debug("cluster: \(c.role.name) connection to Redis at \(address) failed: \(reason); next attempt in \(formatDuration(ms: delay))",
+                         ["REDIS": address.description, "DETAIL": reason])
+        }
+    }
+
+    /// The first of the two connections lost since the cluster was up: one warning.
+    private func wentDown(_ c: RedisConnection, _ reason: String, now: UInt64) {
+        guard downSince == nil else { return }
+        downSince = (now, dropped, gaps)
+        attemptsWhileDown = 0
+        logger.warning("cluster: lost Redis at \(address) (\(c.role.name): \(reason)); local relay goes on, frames for other "
+                       + "daemons are dropped until it is back", ["REASON": "cluster_down", "REDIS": address.description, "DETAIL": reason])
+    }
+
+    /// A connection answered its handshake; the cluster is up when both have.
+    private func becameReady(_ c: RedisConnection, now: UInt64) {
+        c.state = .ready
+        c.attempts = 0
+        lastHeardMs = now  // the heartbeat round trip starts over
+        if c.role == .publisher { nextHeartbeatMs = now }
+        guard connected, let down = downSince else { return }
+        downSince = nil
+        let fields: KeyValuePairs<String, String> = ["REASON": "cluster_up", "REDIS": address.description]
+        if !everUp {
+            everUp = true
+            logger.info("cluster: connected to Redis at \(address); subscribed to \(plural(subscribed.count, "room"))"
+                        + (dropped > 0 ? "; \(dropped) frames were not published before" : ""), fields)
+        } else {
+            logger.notice("cluster: Redis at \(address) is back after \(formatDuration(ms: now - down.ms)) "
+                          + "(\(plural(attemptsWhileDown, "connection attempt"))); resubscribed to \(plural(subscribed.count, "room")); "
+                          + "\(dropped - down.dropped) frames were not published meanwhile", fields)
+        }
+    }
+
+    // MARK: - Replies
+
+    /// hiredis's reply callback (`reply` nil: the context is being freed).
+    func redisReply(_ c: RedisConnection, _ tag: RedisReplyTag, _ reply: UnsafeMutablePointer<redisReply>?) {
+        guard let reply else { return }
+        switch tag {
+        case .ping:
+            let now = nowMs
+            c.replied(nowMs: now)
+            if reply.pointee.type == REDIS_REPLY_ERROR {
+                c.pendingReset = "PING: \(reply.text)"
+            } else if c.state == .handshaking {
+                becameReady(c, now: now)
+            }
+        case .publish:
+            c.replied(nowMs: c.outstanding > 1 ? nowMs : 0)
+            if reply.pointee.type == REDIS_REPLY_ERROR {
+                logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(reply.text)",
+                                   ["REDIS": address.description, "DETAIL": reply.text])
+            }
+        case .subscription:
+            subscription(c, reply)
+        }
+    }
+
+    private func subscription(_ c: RedisConnection, _ reply: UnsafeMutablePointer<redisReply>) {
+        guard let type = reply.bytes(at: 0), let channel = reply.bytes(at: 1) else { return }
+        if type.count == 7, let payload = reply.bytes(at: 2), memcmp(type.baseAddress!, "message", 7) == 0 {
+            message(payload)
+        } else if type.count == 9, memcmp(type.baseAddress!, "subscribe", 9) == 0, c.state == .handshaking,
+                  channel.elementsEqual(heartbeatChannel) {
+            becameReady(c, now: nowMs)
+        }
+    }
+
+    /// One message from a room channel or our heartbeat channel.
+    private func message(_ payload: UnsafeRawBufferPointer) {
+        let v: ClusterEnvelope.View
+        switch ClusterEnvelope.decode(payload) {
+        case .success(let view):
+            v = view
+        case .failure(let error):
+            logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
+                               "cluster: dropped a \(payload.count)-byte message that is not a roomcast envelope: \(error)",
+                               ["REDIS": address.description])
+            return
+        }
+        if v.origin == origin {
+            if v.kind == .heartbeat { lastHeardMs = nowMs }
+            return  // our own frames: relayed here already
+        }
+        guard v.kind != .heartbeat else { return }
+        let room = RoomName(bytes: Array(v.room))
+        switch tracker.check(room: room, origin: v.origin, stream: v.stream, seq: v.seq) {
+        case .late:
+            late &+= 1
+            return
+        case .deliver(let missed):
+            if missed > 0 {
+                gaps &+= missed
+                logger.peerWarning(reason: "cluster_gap", nowMs: nowMs,
+                                   "cluster: \(missed) frames from daemon \(ClusterEnvelope.hex(v.origin)) to \(room) never arrived "
+                                   + "(lost in Redis or while a connection was down)",
+                                   ["ROOM": room.string, "ORIGIN": ClusterEnvelope.hex(v.origin), "LENGTH": String(missed)])
+            }
+        }
+        received &+= 1
+        let sender = String(decoding: v.address, as: UTF8.self)
+        if v.kind == kind {
+            server.deliverFromCluster(v.frame, room: room, address: sender)
+        } else {
+            ClusterEnvelope.convertHeader(v.frame, from: byteOrder == .little ? .big : .little, to: byteOrder, into: &converted)
+            converted.withUnsafeBytes { server.deliverFromCluster($0, room: room, address: sender) }
+        }
+    }
+
+    // MARK: - Subscriptions
+
+    /// Sends this turn's subscription changes: one SUBSCRIBE and one
+    /// UNSUBSCRIBE at most, for the rooms whose state differs from what
+    /// Redis was told (a room opened and closed in one turn costs nothing).
+    private func flushSubscriptions() {
+        defer { changedRooms.removeAll(keepingCapacity: true) }
+        guard subscriber.state == .handshaking || subscriber.state == .ready else { return }
+        var subscribe: [[UInt8]] = [Array("SUBSCRIBE".utf8)]
+        var unsubscribe: [[UInt8]] = [Array("UNSUBSCRIBE".utf8)]
+        for room in changedRooms {
+            let want = rooms.contains(room)
+            if want && !subscribed.contains(room) {
+                subscribed.insert(room)
+                subscribe.append(channels.room(room))
+            } else if !want && subscribed.contains(room) {
+                subscribed.remove(room)
+                unsubscribe.append(channels.room(room))
+            }
+        }
+        if unsubscribe.count > 1 { subscriber.command(unsubscribe, .subscription) }
+        if subscribe.count > 1 { subscriber.command(subscribe, .subscription) }
+    }
+}
+
+extension Server {
+    /// Starts the cluster link when `[cluster] redis` is set (issue 14).
+    func startCluster(now: UInt64) {
+        guard let address = config.cluster.redis else { return }
+        let link = ClusterLink(server: self, address: address, settings: config.cluster, byteOrder: config.protocol.byteOrder)
+        cluster = link
+        relay.observer = link
+        link.start(nowMs: now)
+    }
+
+    /// A frame another daemon relayed to `room`, for the members here
+    /// (docs/protocol.md §12): the same fan-out as local frames, with no
+    /// local sender; JSON members see `address` as its `addr`.
+    @discardableResult
+    func deliverFromCluster(_ frame: UnsafeRawBufferPointer, room: RoomName, address: String) -> Int {
+        table.fanout.remoteSenderAddress = address
+        defer { table.fanout.remoteSenderAddress = "" }
+        return relay.deliver(frame, toRoom: room, sink: table.fanout)
+    }
+}

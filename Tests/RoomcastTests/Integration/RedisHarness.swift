@@ -1,0 +1,87 @@
+// A real redis-server for the cluster tests (issue 14): on an ephemeral
+// loopback port, no persistence, its own temp directory; killed (and
+// restarted, stopped, continued) on demand and at the end however the test
+// ends. `make deps` installs it (Debian's redis-server).
+import Foundation
+import Glibc
+import Testing
+
+let redisServerPath = "/usr/bin/redis-server"
+let redisCLIPath = "/usr/bin/redis-cli"
+
+final class RedisServer {
+    let port: UInt16
+    private let directory: TempDirectory
+    private(set) var child: ChildProcess?
+
+    /// Starts redis-server on a free loopback port and waits until it accepts commands.
+    init() throws {
+        guard FileManager.default.isExecutableFile(atPath: redisServerPath),
+              FileManager.default.isExecutableFile(atPath: redisCLIPath) else {
+            throw HarnessError("\(redisServerPath) or \(redisCLIPath) is not installed: run `make deps` (Debian's redis-server)")
+        }
+        directory = try TempDirectory()
+        port = try freeLoopbackPort()
+        try start()
+    }
+
+    deinit {
+        guard let child else { return }
+        child.kill(SIGCONT)
+        child.kill(SIGKILL)
+        _ = child.waitForExit(timeout: .seconds(5))
+    }
+
+    /// `host:port` as `[cluster] redis` takes it.
+    var address: String { "127.0.0.1:\(port)" }
+
+    /// Starts it (again, after `kill`) on the same port.
+    func start() throws {
+        precondition(child == nil || child?.process.isRunning == false)
+        let c = try ChildProcess(URL(fileURLWithPath: redisServerPath),
+                                 ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                  "--daemonize", "no", "--dir", directory.path, "--loglevel", "notice"],
+                                 environment: childEnvironment([:]))
+        child = c
+        guard c.stdout.wait(for: "Ready to accept connections", timeout: .seconds(10)) else {
+            throw HarnessError("redis-server did not start on port \(port): \(c.stdout.current) \(c.stderr.current)")
+        }
+    }
+
+    /// SIGKILL, and waits until it is gone.
+    func kill() {
+        child?.kill(SIGKILL)
+        _ = child?.waitForExit(timeout: .seconds(5))
+    }
+
+    /// SIGSTOP: frozen, its TCP connections still open (the kernel still
+    /// accepts and acknowledges).
+    func freeze() { child?.kill(SIGSTOP) }
+
+    /// SIGCONT.
+    func thaw() { child?.kill(SIGCONT) }
+
+    /// Runs redis-cli with `arguments`; its stdout, or nil if it failed.
+    func cli(_ arguments: [String]) -> String? {
+        guard let c = try? ChildProcess(URL(fileURLWithPath: redisCLIPath), ["-p", String(port)] + arguments,
+                                        environment: childEnvironment([:])),
+              c.waitForExit(timeout: .seconds(5)) == 0, c.stdout.waitForEOF() else { return nil }
+        return c.stdout.current
+    }
+
+    /// `PUBSUB NUMSUB channel`: how many connections subscribe to it.
+    func subscribers(_ channel: String) -> Int? {
+        cli(["PUBSUB", "NUMSUB", channel]).flatMap { Int($0.split(separator: "\n").last ?? "") }
+    }
+
+    /// Waits up to `timeout` until `channel` has exactly `count` subscribers.
+    @discardableResult
+    func waitForSubscribers(_ channel: String, _ count: Int, timeout: Duration = .seconds(10)) -> Bool {
+        waitUntil(timeout) { subscribers(channel) == count }
+    }
+
+    /// `PUBSUB CHANNELS pattern`, sorted.
+    func channels(_ pattern: String = "*") -> [String] {
+        (cli(["PUBSUB", "CHANNELS", pattern]) ?? "").split(separator: "\n").map(String.init).sorted()
+    }
+}
