@@ -119,6 +119,29 @@ public struct Relay {
         id < sessions.count && sessions[id].identity != nil
     }
 
+    /// The UserInfo body of the connection's last join (nil: not joined).
+    public func identity(of id: Int) -> [UInt8]? {
+        id < sessions.count ? sessions[id].identity : nil
+    }
+
+    /// The connection's bad frames so far (0 for an unknown id).
+    public func violations(of id: Int) -> Int {
+        id < sessions.count ? sessions[id].violations : 0
+    }
+
+    /// A connection carried over from the previous process (issue 13), just
+    /// `connect`ed: it moves into `room` (nil: none) with the identity and
+    /// violation count it had, and nobody is told: its room never saw it
+    /// leave. The name is read from `identity`, as a join does.
+    public mutating func restore(_ id: Int, room: String?, identity: [UInt8]?, violations: Int) {
+        precondition(id < sessions.count && sessions[id].active, "restore of unknown connection \(id)")
+        _ = exit(id)
+        if let room { enter(id, room: room) }
+        sessions[id].identity = identity
+        sessions[id].name = identity.flatMap { try? UserInfo(protobuf: $0) }?.name ?? ""
+        sessions[id].violations = violations
+    }
+
     /// A newly accepted connection: it becomes a member of the default room
     /// (seed clients receive the room's traffic before they join, §4).
     public mutating func connect(_ id: Int) {

@@ -7,7 +7,7 @@ import RoomcastServer
 // Block the signals we handle before anything can start a thread, and take
 // them through a signalfd in the event loop (notes/swift-linux.md §2).
 // SIGPIPE never kills the process: sends use MSG_NOSIGNAL, and it is ignored.
-let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, 0])
+let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, StopHook.restartSignal, 0])
 signal(SIGPIPE, SIG_IGN)
 
 /// sysexits(3) codes.
@@ -44,6 +44,9 @@ if invocation.showHelp {
 if invocation.showVersion {
     print("roomcastd \(roomcastVersion)")
     exit(0)
+}
+if let mainPID = invocation.stopHookPID {
+    exit(StopHook.run(mainPID: mainPID))
 }
 
 // systemd's environment is read once, before anything else (notes/systemd.md §7).
