@@ -1,4 +1,3 @@
-import CShim
 import Glibc
 import RoomcastIO
 
@@ -44,22 +43,23 @@ struct HandOverBox {
         var sent = 0
         var start = entries.startIndex
         while start < entries.endIndex {
-            let end = min(start + Int(CSHIM_MAX_FDS_PER_MESSAGE), entries.endIndex)
+            let end = min(start + Sys.maxDescriptorsPerMessage, entries.endIndex)
             var keys: [UInt8] = []
             keys.reserveCapacity((end - start) * 4)
             for e in entries[start..<end] { withUnsafeBytes(of: e.key.littleEndian) { keys.append(contentsOf: $0) } }
-            let fds = entries[start..<end].map(\.fd)
-            let n = keys.withUnsafeBytes { k in
-                fds.withUnsafeBufferPointer { cshim_send_fds(writeEnd, nil, 0, k.baseAddress, k.count, $0.baseAddress, Int32($0.count), 0) }
+            switch keys.withUnsafeBytes({ Sys.sendDescriptors(writeEnd, $0, entries[start..<end].map(\.fd)) }) {
+            case .done(let n) where n == keys.count:
+                break
+            case .done:
+                // A stream socket takes part of the bytes only when the box is
+                // nearly full; the descriptors went with the first byte, and
+                // keys cut off would make the box unreadable.
+                return (sent, SystemError("sendmsg to the hand-over box: short write", errno: EAGAIN))
+            case .wouldBlock, .endOfFile:
+                return (sent, nil)
+            case .failed(let e):
+                return (sent, SystemError("sendmsg to the hand-over box", errno: e))
             }
-            if n < 0 {
-                let e = errno
-                return (sent, e == EAGAIN ? nil : SystemError("sendmsg to the hand-over box", errno: e))
-            }
-            // A stream socket may take part of the bytes only if the box is
-            // nearly full; the descriptors went with the first byte, so the
-            // rest of the keys must follow or the box is unreadable.
-            if n < keys.count { return (sent, SystemError("sendmsg to the hand-over box: short write", errno: EAGAIN)) }
             sent += end - start
             start = end
         }
@@ -82,24 +82,17 @@ struct HandOverBox {
         var fds: [Int32] = []
         var problem: String?
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        var received = [Int32](repeating: -1, count: Int(CSHIM_MAX_FDS_PER_MESSAGE))
-        while true {
-            var count: Int32 = 0
-            var truncated: Int32 = 0
-            let n = buffer.withUnsafeMutableBytes { b in
-                received.withUnsafeMutableBufferPointer {
-                    cshim_recv_fds(readEnd, b.baseAddress, b.count, $0.baseAddress, Int32($0.count), &count, &truncated, 0)
-                }
+        var truncated = false
+        reading: while true {
+            switch buffer.withUnsafeMutableBytes({ Sys.receiveDescriptors(readEnd, into: $0, fds: &fds, truncated: &truncated) }) {
+            case .done(let n): keyBytes += buffer[0..<n]
+            case .endOfFile, .wouldBlock: break reading
+            case .failed(let e):
+                problem = SystemError("recvmsg from the hand-over box", errno: e).description
+                break reading
             }
-            if n < 0 {
-                if errno != EAGAIN { problem = SystemError("recvmsg from the hand-over box", errno: errno).description }
-                break
-            }
-            fds += received[0..<Int(count)]
-            keyBytes += buffer[0..<n]
-            if truncated != 0 { problem = "descriptors were cut off (MSG_CTRUNC): the kernel closed them" }
-            if n == 0 && count == 0 { break }
         }
+        if truncated { problem = "descriptors were cut off (MSG_CTRUNC): the kernel closed them" }
         if problem == nil, keyBytes.count != fds.count * 4 {
             problem = "\(keyBytes.count) key bytes for \(fds.count) descriptors"
         }
@@ -117,16 +110,7 @@ enum StateFile {
     /// A memfd holding `bytes`, sealed against writes, growth and shrinking.
     /// - Throws: `SystemError` from memfd_create(2), write(2) or fcntl(2).
     static func make(_ bytes: [UInt8], name: String) throws(SystemError) -> Int32 {
-        let fd = try Sys.blocking("memfd_create") { cshim_memfd_create(name) }
-        do throws(SystemError) {
-            let written = bytes.withUnsafeBytes { Sys.writeAll(fd, $0) }
-            guard written == bytes.count else { throw SystemError("write to the state memfd", errno: errno == 0 ? EIO : errno) }
-            _ = try Sys.blocking("fcntl(F_ADD_SEALS)") { cshim_memfd_seal(fd) }
-            return fd
-        } catch {
-            Sys.close(fd)
-            throw error
-        }
+        try Sys.sealedMemfd(name, bytes)
     }
 
     /// The whole content of a state memfd (at most `limit` bytes), read from

@@ -1,8 +1,3 @@
-// CShim for the socket constants (SOCK_DGRAM, ...): once a file sorted
-// before this one imports CShim, whose header includes <sys/socket.h>, clang
-// gives them to CShim's module, and a file importing Glibc alone no longer
-// sees them (found when HandOverBox.swift arrived).
-import CShim
 import Glibc
 import RoomcastIO
 

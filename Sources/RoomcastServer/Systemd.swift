@@ -161,18 +161,15 @@ final class NotifyChannel {
         if hasPending { flush() }
         guard !hasPending else { return .wouldBlock }
         let message = Array(state.utf8)
-        let n = message.withUnsafeBytes { bytes in
-            fds.withUnsafeBufferPointer { list in
-                withUnsafePointer(to: &address) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                        cshim_send_fds(fd, $0, length, bytes.baseAddress, bytes.count, list.baseAddress, Int32(list.count), Int32(MSG_DONTWAIT))
-                    }
-                }
+        let result = message.withUnsafeBytes { bytes in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Sys.sendDescriptors(fd, bytes, fds, to: $0, length: length, flags: Int32(MSG_DONTWAIT)) }
             }
         }
-        if n >= 0 { return .sent }
-        switch errno {
-        case EAGAIN, EWOULDBLOCK, ENOBUFS, ENOMEM: return .wouldBlock
+        switch result {
+        case .done: return .sent
+        case .wouldBlock: return .wouldBlock
+        case .failed(let e) where e == ENOBUFS || e == ENOMEM: return .wouldBlock
         default: return .failed
         }
     }
