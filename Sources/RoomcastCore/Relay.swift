@@ -80,6 +80,12 @@ public struct Relay {
         var violations = 0
     }
 
+    /// Whether `changed` collects the connections whose room or identity a
+    /// frame changed (the crash path's log, issue 13); off by default.
+    public var tracksChanges = false
+    /// Connections whose room or identity changed since `takeChanged()`.
+    public private(set) var changed: [Int] = []
+
     private var rooms: [Room] = []
     private var freeRooms: [Int] = []
     private var roomIndex: [String: Int] = [:]
@@ -127,6 +133,12 @@ public struct Relay {
     /// The connection's bad frames so far (0 for an unknown id).
     public func violations(of id: Int) -> Int {
         id < sessions.count ? sessions[id].violations : 0
+    }
+
+    /// The connections whose room or identity changed since the last call.
+    public mutating func takeChanged() -> [Int] {
+        defer { changed.removeAll(keepingCapacity: true) }
+        return changed
     }
 
     /// A connection carried over from the previous process (issue 13), just
@@ -191,9 +203,11 @@ public struct Relay {
         case s.heartbeatType:
             return .heartbeat
         case s.joinType:
+            if tracksChanges { changed.append(id) }
             return join(id, body: body, frame: frame, sink: sink)
         case s.leaveType:
             if s.validate, let error = check(.userInfo, body) { return violation(id, "leave: \(error)") }
+            if tracksChanges { changed.append(id) }
             let old = exit(id)
             sessions[id].identity = nil
             guard let r = old else { return .left(room: nil, recipients: 0) }

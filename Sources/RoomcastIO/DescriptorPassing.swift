@@ -69,3 +69,27 @@ extension Sys {
         }
     }
 }
+
+extension Sys {
+    /// mmap(2) of `size` bytes of `fd`, shared and writable (a memfd that
+    /// outlives the process: what is written stays for the next one).
+    /// - Throws: `SystemError` from mmap(2).
+    package static func mapShared(_ fd: Int32, size: Int) throws(SystemError) -> UnsafeMutableRawPointer {
+        guard let p = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), p != UnsafeMutableRawPointer(bitPattern: -1) else {
+            throw SystemError("mmap", errno: errno)
+        }
+        return p
+    }
+
+    /// munmap(2) of a mapping made by `mapShared`.
+    package static func unmap(_ p: UnsafeMutableRawPointer, size: Int) {
+        _ = munmap(p, size)
+    }
+
+    /// shutdown(2) of both directions: ends a connection even while another
+    /// copy of its descriptor exists (systemd's fd store, a box), which
+    /// close(2) alone would not. ENOTCONN (a peer already gone) is fine.
+    package static func shutdownBoth(_ fd: Int32) {
+        _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
+    }
+}

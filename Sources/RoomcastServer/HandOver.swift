@@ -29,7 +29,19 @@ enum HandOverName {
 
     static func isListener(_ name: String) -> Bool { name == listener(.ltb) || name == listener(.json) }
 
-    static func isStored(_ name: String) -> Bool { name == box || name == state || isListener(name) }
+    /// The crash path's live box and log (LiveStore.swift), one generation each:
+    /// `livebox-<n>`, `livestate-<n>`.
+    static let liveBoxPrefix = "livebox-"
+    static let liveStatePrefix = "livestate-"
+
+    static func isLive(_ name: String) -> Bool { liveGeneration(name) != nil }
+
+    static func liveGeneration(_ name: String) -> UInt32? {
+        for prefix in [liveBoxPrefix, liveStatePrefix] where name.hasPrefix(prefix) { return UInt32(name.dropFirst(prefix.count)) }
+        return nil
+    }
+
+    static func isStored(_ name: String) -> Bool { name == box || name == state || isListener(name) || isLive(name) }
 }
 
 /// Where the daemon is with a hand-over.
@@ -44,6 +56,8 @@ struct HandOverControl {
     var done = false
     /// Listeners the previous process stored (standalone unit), not yet adopted.
     var storedListeners: [(fd: Int32, name: String)] = []
+    /// The highest live box or log generation the previous process left.
+    var previousLiveGeneration: UInt32 = 0
     /// How long storing may wait for PID 1 to take the descriptors, in ms:
     /// the only wait of the hand-over, at exit (PID 1 is idle then, waiting
     /// for this process to exit) and at start, before READY=1.
@@ -236,9 +250,20 @@ extension Server {
     /// - Returns: "restored N connections in M rooms in T ms" for STATUS=,
     ///   or nil when nothing was handed over.
     func restoreHandedOver() -> String? {
-        let stored = systemd.storedFDs.filter { $0.name == HandOverName.box || $0.name == HandOverName.state }
-        guard !stored.isEmpty else { return nil }
         let started = clock()
+        let stored = systemd.storedFDs.filter { $0.name == HandOverName.box || $0.name == HandOverName.state }
+        let summary = stored.isEmpty ? nil : restoreGraceful(stored, started: started)
+        // After a crash the live box and log are all there is; after a
+        // hand-over they only hold copies, closed here.
+        guard let (restored, dropped) = restoreFromLiveStore(handedOver: !stored.isEmpty) else { return summary }
+        let ms = clock() - started
+        let line = "restored \(plural(restored, "connection")) in \(plural(relay.roomCount, "room")) in \(ms) ms after a crash"
+        logger.info(line + " (\(plural(dropped, "closed descriptor")) in the live box dropped)",
+                    ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(ms)])
+        return line
+    }
+
+    private func restoreGraceful(_ stored: [(fd: Int32, name: String)], started: UInt64) -> String {
         // The state: what each connection was doing.
         var previous: HandOverState?
         var problem: (reason: String, text: String)?

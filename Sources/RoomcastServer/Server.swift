@@ -76,6 +76,8 @@ public final class Server {
     var descriptorLimit: UInt64 = .max
     /// A restart that keeps the connections (HandOver.swift).
     var handOver = HandOverControl()
+    /// What a crash must not lose, in systemd's fd store (LiveStore.swift).
+    var live: LiveStore?
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -125,6 +127,7 @@ public final class Server {
         try openListeners()
         keepListenersInStore()
         let restored = restoreHandedOver()
+        startLiveStore()
         if signalFD >= 0 { _ = try selector.register(signalFD, .signal) }
         let now = clock()
         status.start(nowMs: now, watchdogUsec: systemd.watchdogUsec, statsIntervalMs: config.log.statsIntervalMs)
@@ -153,6 +156,7 @@ public final class Server {
         reapAndFlush(now: now)
         systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
         logger.flushPending()  // log output journald or stderr did not take (never blocks)
+        if live != nil { liveEndOfIteration() }  // new connections into the live box (never blocks)
         if handOver.pending && completeHandOver() { return false }
         return !(stopping && (table.count == 0 || now >= stopDeadlineMs))
     }

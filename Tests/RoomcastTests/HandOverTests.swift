@@ -3,10 +3,10 @@
 // plays systemd's fd store), server B takes them back as its start would,
 // and the clients (socketpairs) go on as if nothing happened. Manual clocks:
 // heartbeat time left and token buckets are checked exactly.
-import CShim
 import Glibc
 import Testing
 @testable import RoomcastCore
+import RoomcastIO
 @testable import RoomcastServer
 
 @Suite("Hand-over between two servers (socketpairs, a fake fd store)")
@@ -46,15 +46,13 @@ struct HandOverTests {
         func receive() -> [Notification] {
             var out: [Notification] = []
             var buffer = [UInt8](repeating: 0, count: 4096)
-            var fds = [Int32](repeating: -1, count: 253)
             while true {
-                var n: Int32 = 0
-                var truncated: Int32 = 0
-                let got = buffer.withUnsafeMutableBytes { b in
-                    fds.withUnsafeMutableBufferPointer { cshim_recv_fds(fd, b.baseAddress, b.count, $0.baseAddress, 253, &n, &truncated, Int32(MSG_DONTWAIT)) }
-                }
-                if got < 0 { return out }
-                out.append(Notification(text: String(decoding: buffer[0..<got], as: UTF8.self), fds: Array(fds[0..<Int(n)])))
+                var fds: [Int32] = []
+                var truncated = false
+                guard case .done(let got) = buffer.withUnsafeMutableBytes({
+                    Sys.receiveDescriptors(fd, into: $0, fds: &fds, truncated: &truncated, flags: Int32(MSG_DONTWAIT))
+                }) else { return out }
+                out.append(Notification(text: String(decoding: buffer[0..<got], as: UTF8.self), fds: fds))
             }
         }
     }
@@ -276,6 +274,71 @@ struct HandOverTests {
         noStore.server.announceRestart()
         #expect(!noStore.server.handOver.restartAnnounced, "no fd store (FDSTORE= unset): nothing to hand over to")
         #expect(noStore.log.contains("no fd store"))
+    }
+
+    @Test("after a crash the live box and log put every client back in its room; a partial input frame and a torn output frame are completed")
+    func crashKeepsClientsInTheirRooms() throws {
+        let clock = ManualClock()
+        let a = try Node(Self.config, clock: clock)
+        #expect(a.server.live != nil, "with an fd store the live box and log are kept")
+        let x = a.connect(), y = a.connect(), z = a.connect()
+        let w = a.connect(sendBuffer: 4096)
+        Self.send(x.peer, Self.join("alice", room: "r1"))
+        Self.send(y.peer, Self.join("bob", room: "r2"))
+        Self.send(w.peer, Self.join("wendy", room: "r1"))
+        try a.tick()
+        _ = [x, y, z, w].map { Self.drain($0.peer) }
+        // W gets part of a large frame: the kernel takes only what fits.
+        let big = FrameCodec.encode(type: 100, body: (0..<40_000).map { UInt8(truncatingIfNeeded: $0) }, byteOrder: .little)
+        Self.send(x.peer, big)
+        try a.tick()
+        #expect(a.server.table.fanout.outboxes[w.id].torn > 0, "W's frame is torn")
+        let partOfBig = Self.drain(w.peer) ?? []
+        #expect(partOfBig.count > 0 && partOfBig.count < big.count)
+        // Z: half a frame.
+        let zFrame = FrameCodec.encode(type: 100, body: Array("zzzz".utf8), byteOrder: .little)
+        Self.send(z.peer, Array(zFrame[0..<7]))
+        try a.tick()
+        // A closed client leaves a dead entry in the box.
+        let gone = a.connect()
+        try a.tick()
+        close(gone.peer)
+        try a.tick()
+        #expect(a.server.table.count == 4)
+        // The crash: whatever A stored is all B gets (A is never ticked again).
+        let stored = a.notify.receive().filter { $0.text.hasPrefix("FDSTORE=1") && ($0.name ?? "").hasPrefix("live") }
+        let names = stored.compactMap(\.name)
+        #expect(names.contains("livebox-1") && names.contains("livestate-1"), "\(names)")
+        let b = try Node(Self.config, clock: clock, stored: stored.flatMap { n in n.fds.map { (fd: $0, name: n.name!) } })
+        let s = b.server
+        let log = b.log
+        #expect(log.contains("restored 4 connections in 3 rooms in") && log.contains("after a crash"), "\(log)")
+        #expect(s.table.count == 4, "the closed client's copy in the box is dropped")
+        #expect(s.relay.memberCount(of: "r1") == 2 && s.relay.memberCount(of: "r2") == 1 && s.relay.memberCount(of: "lobby") == 1)
+        func id(_ c: (id: Int, peer: Int32)) -> Int { s.table.ids.first { s.table.address(of: $0) == "peer-\(c.peer)" }! }
+        #expect(s.relay.name(of: id(x)) == "alice")
+        // W: the rest of the torn frame first, then what follows, in sync.
+        var got = partOfBig
+        for _ in 0..<100 {
+            got += Self.drain(w.peer) ?? []
+            try b.tick()
+        }
+        #expect(Array(got.prefix(big.count)) == big, "the torn frame arrives whole")
+        Self.send(x.peer, FrameCodec.encode(type: 100, body: [9, 9], byteOrder: .little))
+        for _ in 0..<10 {
+            try b.tick()
+            got += Self.drain(w.peer) ?? []
+        }
+        #expect(Self.frames(got).map(\.1).last == [9, 9], "the stream stays in sync after the crash")
+        // Z completes its frame: relayed whole to its room (echo).
+        Self.send(z.peer, Array(zFrame[7...]))
+        try b.tick()
+        #expect(Self.frames(Self.drain(z.peer) ?? []).map(\.1) == [Array("zzzz".utf8)])
+        // B keeps its own generation, and removed A's names.
+        let fromB = b.notify.receive()
+        #expect(fromB.contains { $0.text == "FDSTOREREMOVE=1\nFDNAME=livebox-1" })
+        #expect(fromB.contains { $0.text.hasPrefix("FDSTORE=1") && $0.name == "livebox-2" })
+        [x, y, z, w].forEach { close($0.peer) }
     }
 
     @Test("a box holds thousands of descriptors and gives back keys and descriptors in order")
