@@ -36,6 +36,12 @@ public struct HandOverState: Equatable, Sendable {
     public var writer: String = ""
     /// One record per connection handed over.
     public var connections: [Record] = []
+    /// The FDNAME= of the box holding the connections' descriptors (absent
+    /// before it was added: "box").
+    public var boxName = "box"
+    /// The socket options the writer set on its clients (`Socket.configureClient`),
+    /// so that the reader sets them again only when they changed ("": unknown).
+    public var socketOptions = ""
 
     public init(stoppedReadingMs: UInt64 = 0, writer: String = "", connections: [Record] = []) {
         self.stoppedReadingMs = stoppedReadingMs
@@ -102,6 +108,8 @@ public struct HandOverState: Equatable, Sendable {
         case writer = 2
         /// The number of connection records, a cross-check.
         case connectionCount = 3
+        case boxName = 4
+        case socketOptions = 5
     }
 
     enum FieldTag: UInt16 {
@@ -133,22 +141,30 @@ public struct HandOverState: Equatable, Sendable {
 
     // MARK: - Encoding
 
-    /// The bytes of this state in the current version. O(total size).
+    /// The bytes of this state in the current version. O(total size): one
+    /// buffer, records written in place and their lengths patched after.
     public func encode() -> [UInt8] {
-        var payload = Writer()
-        payload.nested(RecordTag.globals.rawValue) { w in
+        var w = Writer()
+        w.bytes.reserveCapacity(Self.headerSize + 64 + connections.reduce(0) { $0 + 160 + $1.input.count + $1.output.count + ($1.identity?.count ?? 0) })
+        w.bytes += Self.magic
+        appendLE(&w.bytes, Self.currentVersion)
+        appendLE(&w.bytes, UInt16(Self.headerSize))
+        w.bytes += [UInt8](repeating: 0, count: Self.headerSize - 8)  // payload length and CRC, patched below
+        w.nested(RecordTag.globals.rawValue) { w in
             w.u64(GlobalTag.stoppedReadingMs.rawValue, stoppedReadingMs)
-            w.bytes(GlobalTag.writer.rawValue, Array(writer.utf8))
+            w.bytes(GlobalTag.writer.rawValue, writer.utf8)
             w.u32(GlobalTag.connectionCount.rawValue, UInt32(connections.count))
+            w.bytes(GlobalTag.boxName.rawValue, boxName.utf8)
+            w.bytes(GlobalTag.socketOptions.rawValue, socketOptions.utf8)
         }
         for c in connections {
-            payload.nested(RecordTag.connection.rawValue) { w in
+            w.nested(RecordTag.connection.rawValue) { w in
                 w.u64(FieldTag.key.rawValue, c.key)
                 w.u8(FieldTag.dialect.rawValue, c.dialect.rawValue)
-                w.bytes(FieldTag.peerAddress.rawValue, Array(c.peerAddress.utf8))
-                if let room = c.room { w.bytes(FieldTag.room.rawValue, Array(room.utf8)) }
+                w.bytes(FieldTag.peerAddress.rawValue, c.peerAddress.utf8)
+                if let room = c.room { w.bytes(FieldTag.room.rawValue, room.utf8) }
                 if let identity = c.identity { w.bytes(FieldTag.identity.rawValue, identity) }
-                if let nickname = c.nickname { w.bytes(FieldTag.nickname.rawValue, Array(nickname.utf8)) }
+                if let nickname = c.nickname { w.bytes(FieldTag.nickname.rawValue, nickname.utf8) }
                 if !c.input.isEmpty { w.bytes(FieldTag.input.rawValue, c.input) }
                 if !c.output.isEmpty { w.bytes(FieldTag.output.rawValue, c.output) }
                 if let ms = c.heartbeatRemainingMs { w.u32(FieldTag.heartbeatRemainingMs.rawValue, ms) }
@@ -159,15 +175,11 @@ public struct HandOverState: Equatable, Sendable {
                 if c.draining { w.u8(FieldTag.draining.rawValue, 1) }
             }
         }
-        var out: [UInt8] = Self.magic
-        out.reserveCapacity(Self.headerSize + payload.bytes.count)
-        appendLE(&out, Self.currentVersion)
-        appendLE(&out, UInt16(Self.headerSize))
-        appendLE(&out, UInt64(payload.bytes.count))
-        appendLE(&out, CRC32.checksum(payload.bytes))
-        appendLE(&out, UInt32(0))
-        out += payload.bytes
-        return out
+        let payloadBytes = w.bytes.count - Self.headerSize
+        let crc = w.bytes.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[Self.headerSize...])) }
+        w.patch(at: 8, UInt64(payloadBytes))
+        w.patch(at: 16, crc)
+        return w.bytes
     }
 
     // MARK: - Decoding
@@ -216,6 +228,8 @@ public struct HandOverState: Equatable, Sendable {
                     case .stoppedReadingMs: state.stoppedReadingMs = try Reader.u64(v, "stopped-reading time")
                     case .writer: state.writer = try Reader.text(v, "writer")
                     case .connectionCount: expectedCount = try Reader.u32(v, "connection count")
+                    case .boxName: state.boxName = try Reader.text(v, "box name")
+                    case .socketOptions: state.socketOptions = try Reader.text(v, "socket options")
                     case nil: break
                     }
                 }
@@ -264,35 +278,48 @@ public struct HandOverState: Equatable, Sendable {
 
 // MARK: - Records
 
-/// Appends tag-length-value records.
+/// Appends tag-length-value records to one buffer.
 private struct Writer {
     var bytes: [UInt8] = []
 
-    mutating func bytes(_ tag: UInt16, _ value: [UInt8]) {
+    mutating func bytes(_ tag: UInt16, _ value: some Collection<UInt8>) {
         appendLE(&bytes, tag)
         appendLE(&bytes, UInt32(value.count))
         bytes += value
     }
 
-    mutating func u8(_ tag: UInt16, _ v: UInt8) { bytes(tag, [v]) }
+    mutating func u8(_ tag: UInt16, _ v: UInt8) {
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(1))
+        bytes.append(v)
+    }
 
     mutating func u32(_ tag: UInt16, _ v: UInt32) {
-        var b: [UInt8] = []
-        appendLE(&b, v)
-        bytes(tag, b)
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(4))
+        appendLE(&bytes, v)
     }
 
     mutating func u64(_ tag: UInt16, _ v: UInt64) {
-        var b: [UInt8] = []
-        appendLE(&b, v)
-        bytes(tag, b)
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(8))
+        appendLE(&bytes, v)
     }
 
-    /// A record whose value is the records `body` writes.
+    /// A record whose value is the records `body` writes, in place: its
+    /// length is patched once they are written.
     mutating func nested(_ tag: UInt16, _ body: (inout Writer) -> Void) {
-        var inner = Writer()
-        body(&inner)
-        bytes(tag, inner.bytes)
+        appendLE(&bytes, tag)
+        let lengthAt = bytes.count
+        appendLE(&bytes, UInt32(0))
+        body(&self)
+        patch(at: lengthAt, UInt32(bytes.count - lengthAt - 4))
+    }
+
+    mutating func patch<T: FixedWidthInteger>(at offset: Int, _ value: T) {
+        withUnsafeBytes(of: value.littleEndian) { v in
+            for i in 0..<v.count { bytes[offset + i] = v[i] }
+        }
     }
 }
 

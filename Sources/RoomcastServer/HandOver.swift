@@ -107,16 +107,24 @@ extension Server {
     func completeHandOver() -> Bool {
         handOver.pending = false
         let now = clock()
+        let ids = table.ids.filter { table.state($0) != .closing }
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
-        var entries: [(key: UInt32, fd: Int32)] = []
-        for id in table.ids where table.state(id) != .closing {
-            state.connections.append(record(of: id, nowMs: now))
-            entries.append((UInt32(id), table.slots[id]!.fd))
+        state.socketOptions = socketOptions
+        // The live box (LiveStore.swift) already holds every descriptor: a
+        // second box would put each client in flight twice, and descriptors
+        // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes
+        // hit this machine's 20,000 and the store failed with ETOOMANYREFS).
+        let liveBox = liveBoxForHandOver(ids)
+        if let liveBox { state.boxName = liveBox }
+        for id in ids {
+            var r = record(of: id, nowMs: now)
+            if liveBox != nil { r.key = UInt64(live!.slot(id).serial) }
+            state.connections.append(r)
         }
         var boxes: [Int32] = []
         var stateFD: Int32 = -1
         do throws(SystemError) {
-            boxes = try pack(entries)
+            if liveBox == nil { boxes = try pack(ids.map { (UInt32($0), table.slots[$0]!.fd) }) }
             stateFD = try StateFile.make(state.encode(), name: "roomcast-state")
         } catch {
             boxes.forEach(Sys.close)
@@ -128,20 +136,23 @@ extension Server {
         }
         // The state first: a box that arrives without it is still served
         // (fresh state), the reverse would lose the clients.
-        guard storeBeforeExit([stateFD], name: HandOverName.state) else {
-            return handOverFailed("PID 1 did not take the state within \(formatDuration(ms: handOver.timeoutMs))")
-        }
-        if !boxes.isEmpty, !storeBeforeExit(boxes, name: HandOverName.box) {
-            return handOverFailed("PID 1 did not take the box within \(formatDuration(ms: handOver.timeoutMs))")
-        }
+        if let problem = storeBeforeExit([stateFD], name: HandOverName.state) { return handOverFailed("storing the state: " + problem) }
+        if !boxes.isEmpty, let problem = storeBeforeExit(boxes, name: HandOverName.box) { return handOverFailed("storing the box: " + problem) }
         let processed = barrier(timeoutMs: handOver.timeoutMs)
         handOver.done = true
         let ms = clock() - handOver.stoppedReadingMs
-        logger.info("handed \(plural(entries.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
-                    + (processed ? "" : " (PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs)))"),
-                    ["CLIENTS": String(entries.count), "ROOMS": String(relay.roomCount)])
-        systemd.notify("STATUS=Restarting: \(plural(entries.count, "client")) handed over")
+        logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
+                    + " (\(liveBox ?? "a new box"))" + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
+                    ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount)])
+        systemd.notify("STATUS=Restarting: \(plural(ids.count, "client")) handed over")
         return true
+    }
+
+    /// The options `Socket.configureClient` sets from the config: the next
+    /// process sets them again only if they differ (a setsockopt(2) per
+    /// option and client is most of a restore's time otherwise).
+    var socketOptions: String {
+        "nodelay sndbuf=\(Socket.clientSendBuffer) ltb-timeout=\(config.heartbeat.timeoutMs) json-keepalive=\(config.json.tcpKeepaliveMs)"
     }
 
     /// What the next process needs to know about connection `id`.
@@ -191,22 +202,24 @@ extension Server {
 
     /// FDSTORE=1 of `fds` as `name` with FDPOLL=0 (PID 1 would drop a box
     /// whose write end closed, notes/fdstore.md §5).
-    func storeBeforeExit(_ fds: [Int32], name: String) -> Bool {
+    /// - Returns: nil when sent, else what went wrong.
+    func storeBeforeExit(_ fds: [Int32], name: String) -> String? {
         sendWaiting("FDSTORE=1\nFDNAME=\(name)\nFDPOLL=0", fds: fds)
     }
 
     /// One notification carrying `fds`, retried every ms while PID 1's queue
-    /// is full, for at most `HandOverControl.timeoutMs`: a bounded wait, only at exit
-    /// and at start (before READY=1).
-    private func sendWaiting(_ state: String, fds: [Int32]) -> Bool {
-        guard let channel = systemd.channel else { return false }
+    /// is full, for at most `HandOverControl.timeoutMs`: a bounded wait, only
+    /// at exit and at start (before READY=1).
+    /// - Returns: nil when sent, else what went wrong.
+    private func sendWaiting(_ state: String, fds: [Int32]) -> String? {
+        guard let channel = systemd.channel else { return "no notify socket" }
         let deadline = monotonicMilliseconds() + handOver.timeoutMs
         while true {
             switch channel.send(state, fds: fds) {
-            case .sent: return true
-            case .failed: return false
+            case .sent: return nil
+            case .failed: return SystemError("sendmsg to the notify socket", errno: errno).description
             case .wouldBlock:
-                if monotonicMilliseconds() >= deadline { return false }
+                if monotonicMilliseconds() >= deadline { return "PID 1 did not read its notify socket for \(formatDuration(ms: handOver.timeoutMs))" }
                 usleep(1_000)
             }
         }
@@ -219,9 +232,9 @@ extension Server {
         var p: [Int32] = [-1, -1]
         guard pipe(&p) == 0 else { return false }
         defer { Sys.close(p[0]) }
-        let sent = sendWaiting("BARRIER=1", fds: [p[1]])
+        let problem = sendWaiting("BARRIER=1", fds: [p[1]])
         Sys.close(p[1])
-        guard sent else { return false }
+        guard problem == nil else { return false }
         // PID 1 closes its copy of the write end once it got here: POLLHUP.
         var pfd = pollfd(fd: p[0], events: 0, revents: 0)
         let deadline = monotonicMilliseconds() + timeoutMs
@@ -246,25 +259,38 @@ extension Server {
     // MARK: - The new process
 
     /// At start, before READY=1: takes back the connections the previous
-    /// process handed over, and empties the store of them.
+    /// process left in the fd store, handed over (`state` and its box) or,
+    /// after a crash, in its live box and log (LiveStore.swift), and empties
+    /// the store of them.
     /// - Returns: "restored N connections in M rooms in T ms" for STATUS=,
-    ///   or nil when nothing was handed over.
+    ///   or nil when there was nothing.
     func restoreHandedOver() -> String? {
+        var stored = systemd.storedFDs.filter { !HandOverName.isListener($0.name) }
+        guard !stored.isEmpty else { return nil }
         let started = clock()
-        let stored = systemd.storedFDs.filter { $0.name == HandOverName.box || $0.name == HandOverName.state }
-        let summary = stored.isEmpty ? nil : restoreGraceful(stored, started: started)
-        // After a crash the live box and log are all there is; after a
-        // hand-over they only hold copies, closed here.
-        guard let (restored, dropped) = restoreFromLiveStore(handedOver: !stored.isEmpty) else { return summary }
-        let ms = clock() - started
-        let line = "restored \(plural(restored, "connection")) in \(plural(relay.roomCount, "room")) in \(ms) ms after a crash"
-        logger.info(line + " (\(plural(dropped, "closed descriptor")) in the live box dropped)",
-                    ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(ms)])
-        return line
+        let names = Set(stored.map(\.name))
+        for name in names {
+            if let g = HandOverName.liveGeneration(name) { handOver.previousLiveGeneration = max(handOver.previousLiveGeneration, g) }
+        }
+        let summary: String
+        let previous = readHandOverState(stored)
+        stored.removeAll { $0.name == HandOverName.state }
+        if previous != nil || names.contains(HandOverName.box) {
+            summary = restoreGraceful(previous, &stored, started: started)
+            closeCopies(stored)  // live boxes and logs: copies of what was handed over, and closed ones
+        } else {
+            // A crash, or a hand-over whose state is unusable and whose box
+            // is the live one: the live log is the best there is.
+            summary = restoreAfterCrash(stored, started: started, after: names.contains(HandOverName.state) ? "a restart" : "a crash")
+        }
+        // PID 1 still holds its copies: let them go.
+        for name in names.sorted() { systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)") }
+        return summary
     }
 
-    private func restoreGraceful(_ stored: [(fd: Int32, name: String)], started: UInt64) -> String {
-        // The state: what each connection was doing.
+    /// The newest hand-over state in `stored` that reads; nil (logged) when
+    /// there is none or it is damaged or of an unknown version. Closes them.
+    private func readHandOverState(_ stored: [(fd: Int32, name: String)]) -> HandOverState? {
         var previous: HandOverState?
         var problem: (reason: String, text: String)?
         for s in stored where s.name == HandOverName.state {
@@ -281,35 +307,54 @@ extension Server {
             }
             Sys.close(s.fd)
         }
-        if previous == nil && problem == nil { problem = ("handover_state_missing", "no hand-over state came with the connections") }
-        if let problem {
-            logger.warning("\(problem.text): serving the handed-over connections with fresh state (rooms, identities and owed output are lost)",
+        if let problem, previous == nil {
+            logger.warning("\(problem.text): the handed-over connections get the state the live log has, or fresh state",
                            ["REASON": problem.reason])
         }
+        return previous
+    }
+
+    /// A hand-over: the box the state names (or `box`, with fresh state
+    /// when there is no state). Takes what it used out of `stored`.
+    private func restoreGraceful(_ previous: HandOverState?, _ stored: inout [(fd: Int32, name: String)], started: UInt64) -> String {
+        if previous == nil {
+            logger.warning("a hand-over box came without its state: serving its connections with fresh state (rooms, identities and owed output are lost)",
+                           ["REASON": "handover_state_missing"])
+        }
         var records: [UInt64: HandOverState.Record] = [:]
+        records.reserveCapacity(previous?.connections.count ?? 0)
         for r in previous?.connections ?? [] { records[r.key] = r }
-        // The boxes: the connections themselves.
+        // The box: the connections themselves. A live box also holds closed
+        // connections (no record: closed here); a box of its own holds only
+        // connections to serve (no record: fresh state). Without a state,
+        // the live boxes are not trusted (their closed entries are not known).
+        let boxName = previous?.boxName ?? HandOverName.box
+        let live = boxName != HandOverName.box
         var entries: [HandOverBox.Entry] = []
-        for b in stored where b.name == HandOverName.box {
+        for b in stored where b.name == boxName {
             let (found, trouble) = HandOverBox.drain(b.fd)
             entries += found
             if let trouble {
                 logger.warning("hand-over box damaged: \(trouble); serving its connections with fresh state", ["REASON": "handover_box_damaged", "DETAIL": trouble])
             }
         }
-        // PID 1 still holds its copies: let them go.
-        for name in Set(stored.map(\.name)).sorted() { systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)") }
+        stored.removeAll { $0.name == boxName }
 
         let now = clock()
-        var restored = 0
-        var fresh = 0
+        let configure = previous?.socketOptions != socketOptions
+        var restored = 0, fresh = 0, closed = 0
         for e in entries {
             let record = e.key.flatMap { records.removeValue(forKey: UInt64($0)) }
-            guard restoreConnection(fd: e.fd, record, now: now) != nil else { continue }
+            if record == nil && live && e.key != nil {
+                Sys.close(e.fd)  // closed before the hand-over: the live box kept a copy
+                closed += 1
+                continue
+            }
+            guard restoreConnection(fd: e.fd, record, now: now, configure: configure || record == nil) != nil else { continue }
             restored += 1
             if record == nil { fresh += 1 }
         }
-        if fresh > 0 && problem == nil {
+        if fresh > 0 && previous != nil {
             logger.warning("\(plural(fresh, "handed-over connection")) had no state: served as new connections", ["REASON": "handover_state_missing"])
         }
         if !records.isEmpty {
@@ -324,6 +369,7 @@ extension Server {
         let gap = gapMs.map { " (\($0) ms after the previous process, \(previous!.writer), stopped reading)" } ?? ""
         logger.info(summary + gap, ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(done - started),
                                     "GAP_MS": gapMs.map(String.init) ?? ""])
+        if closed > 0 { logger.debug("closed \(plural(closed, "descriptor")) of connections closed before the hand-over") }
         return summary
     }
 
@@ -332,12 +378,12 @@ extension Server {
     /// state, as a new client).
     /// - Returns: its new id, or nil when it could not be watched (closed).
     @discardableResult
-    func restoreConnection(fd: Int32, _ r: HandOverState.Record?, now: UInt64) -> Int? {
+    func restoreConnection(fd: Int32, _ r: HandOverState.Record?, now: UInt64, configure: Bool = true) -> Int? {
         let dialect: Dialect = r.map { $0.dialect == .json ? .json : .ltb } ?? dialectOfListener(for: fd)
         let address = r?.peerAddress ?? SocketAddress.of(fd, peer: true)?.text ?? "?"
-        // Options live on the socket and travelled with it; set again in
-        // case the config changed across the restart.
-        Socket.configureClient(fd, dialect: dialect, config: config)
+        // Options live on the socket and travelled with it: set again only
+        // when the config changed them across the restart.
+        if configure { Socket.configureClient(fd, dialect: dialect, config: config) }
         guard let id = open(fd: fd, dialect: dialect, address: address, now: now) else { return nil }
         guard let r else { return id }
         relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations))
@@ -395,8 +441,8 @@ extension Server {
             let name = HandOverName.listener(dialect)
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)
-            if !fds.isEmpty, !storeBeforeExit(fds, name: name) {
-                logger.warning("could not keep the \(name) listener in systemd's fd store: the port closes during restarts",
+            if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
+                logger.warning("could not keep the \(name) listener in systemd's fd store (\(problem)): the port closes during restarts",
                                ["REASON": "handover_failed"])
             }
         }

@@ -112,11 +112,11 @@ extension Server {
         // writes), and a delayed ACK would hold it about 40 ms. Acknowledge
         // now (TCP_QUICKACK is not permanent, tcp(7): set it each time).
         if !input.isEmpty { Socket.acknowledgeNow(table.slots[id]!.fd) }
-        if live != nil { liveInput(id, input) }  // a crash must not cut a frame in two (LiveStore.swift)
         if dialect == .json {
             heartbeats.jsonInput(id, partial: !input.isEmpty, startedNow: !wasPartial || completed, nowMs: now)
         }
         swap(&input, &table.slots[id]!.input)
+        if live != nil { liveInput(id) }  // a crash must not cut a frame in two (LiveStore.swift)
     }
 
     private func processFrames(_ dialect: Dialect, _ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {

@@ -44,6 +44,9 @@ final class LiveStore {
     /// Entries in the current box, and how many of them are closed since.
     var boxed = 0
     var dead = 0
+    /// The current box lacks some open connections (it filled up while it
+    /// was rebuilt): a hand-over makes a box of its own.
+    var incomplete = false
 
     var logFD: Int32 = -1
     var map: UnsafeMutableRawPointer?
@@ -166,9 +169,11 @@ extension Server {
         logLive(LiveLog.close(serial))
     }
 
-    /// After a read: the partial input frame, when there is one or was one.
-    func liveInput(_ id: Int, _ input: [UInt8]) {
+    /// After a read: the partial input frame, when there is one or was one
+    /// (read from the table: a compaction takes its snapshot from there).
+    func liveInput(_ id: Int) {
         guard let live, id < live.slots.count, live.slots[id].serial != 0 else { return }
+        let input = table.slots[id]!.input
         if input.isEmpty && !live.slots[id].loggedInput { return }
         live.slots[id].loggedInput = !input.isEmpty
         logLive(LiveLog.input(live.slots[id].serial, input))
@@ -237,6 +242,7 @@ extension Server {
         live.box = box
         live.boxed = n
         live.dead = 0
+        live.incomplete = n < entries.count
         live.toBox.removeAll()
         live.boxGeneration += 1
         queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd,
@@ -293,27 +299,49 @@ extension Server {
         }
     }
 
+    // MARK: - A restart
+
+    /// The live box's name when it holds every connection in `ids` and PID 1
+    /// has it (stores it has not taken yet are sent now, waiting at most
+    /// `HandOverControl.timeoutMs`): the hand-over then needs no box of its own.
+    func liveBoxForHandOver(_ ids: [Int]) -> String? {
+        guard let live, live.box != nil, !live.incomplete, live.toBox.isEmpty,
+              ids.allSatisfy({ live.slot($0).serial != 0 }) else { return nil }
+        let deadline = monotonicMilliseconds() + handOver.timeoutMs
+        while !live.pendingStores.isEmpty {
+            sendLiveStores()
+            if live.pendingStores.isEmpty { break }
+            if monotonicMilliseconds() >= deadline { return nil }
+            usleep(1_000)
+        }
+        return "\(HandOverName.liveBoxPrefix)\(live.boxGeneration)"
+    }
+
+    /// After a hand-over, the live boxes and logs left hold copies of what
+    /// was handed over and connections closed before: closed, unused.
+    func closeCopies(_ stored: [(fd: Int32, name: String)]) {
+        for s in stored {
+            if s.name.hasPrefix(HandOverName.liveBoxPrefix) || s.name == HandOverName.box {
+                HandOverBox.drain(s.fd).entries.forEach { Sys.close($0.fd) }
+            } else {
+                Sys.close(s.fd)
+            }
+        }
+    }
+
     // MARK: - After a crash
 
-    /// The `livebox-*` and `livestate-*` the previous process left. After a
-    /// crash (no `box` and `state`: nothing was handed over), the clients the
-    /// newest log says are alive are served again, in their rooms; the rest
-    /// of the descriptors (closed ones, copies) are closed. Either way the
-    /// names are removed from the store.
-    /// - Returns: the connections restored, for the summary.
-    func restoreFromLiveStore(handedOver: Bool) -> (restored: Int, dropped: Int)? {
-        let stored = systemd.storedFDs.filter { HandOverName.isLive($0.name) }
-        guard !stored.isEmpty else { return nil }
-        for (_, name) in stored {
-            if let g = HandOverName.liveGeneration(name) { handOver.previousLiveGeneration = max(handOver.previousLiveGeneration, g) }
-        }
-        // The newest log that reads.
+    /// Nothing was handed over (a SIGKILL, a watchdog abort, a trap): the
+    /// newest live log says which connections were alive and where; they
+    /// come out of the live boxes (once each, by serial) and go back to
+    /// their rooms. The descriptors of closed connections are closed.
+    /// - Returns: the summary for STATUS=.
+    func restoreAfterCrash(_ stored: [(fd: Int32, name: String)], started: UInt64, after: String = "a crash") -> String {
         var alive: [UInt32: LiveLog.Connection]?
         var problem: String?
         var newest: UInt32 = 0
         for s in stored where s.name.hasPrefix(HandOverName.liveStatePrefix) {
             defer { Sys.close(s.fd) }
-            guard !handedOver else { continue }
             do throws(SystemError) {
                 let bytes = try StateFile.read(s.fd, limit: Self.maxStateBytes)
                 let generation = bytes.withUnsafeBytes { LiveLog.generation($0) } ?? 0
@@ -328,22 +356,30 @@ extension Server {
                 problem = "handover_state_unreadable: \(error.description)"
             }
         }
-        var restored = 0
-        var dropped = 0
+        if alive == nil && problem == nil { problem = "handover_state_missing: no live log" }
+        var restored = 0, dropped = 0
         var seen = Set<UInt32>()
         let now = clock()
         for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
             let (entries, trouble) = HandOverBox.drain(b.fd)
-            if let trouble, !handedOver { problem = "handover_box_damaged: \(trouble)" }
+            if let trouble { problem = "handover_box_damaged: \(trouble)" }
             for e in entries {
-                // A graceful hand-over brought the same sockets in its own
-                // box: these are copies. Otherwise: alive once, by serial.
-                guard !handedOver, let key = e.key, !seen.contains(key), let c = alive?[key] else {
-                    Sys.close(e.fd)
-                    if !handedOver { dropped += 1 }
+                if let key = e.key, seen.contains(key) {
+                    Sys.close(e.fd)  // a copy in an older box
                     continue
                 }
-                seen.insert(key)
+                if let key = e.key { seen.insert(key) }
+                guard let alive else {
+                    // No log to tell live from closed: all served with fresh
+                    // state; a closed one was shut down, reads EOF and goes.
+                    if restoreConnection(fd: e.fd, nil, now: now) != nil { restored += 1 }
+                    continue
+                }
+                guard let key = e.key, let c = alive[key] else {
+                    Sys.close(e.fd)  // closed before the crash
+                    dropped += 1
+                    continue
+                }
                 var r = HandOverState.Record(key: UInt64(key))
                 r.dialect = c.dialect
                 r.peerAddress = c.peerAddress
@@ -355,10 +391,14 @@ extension Server {
                 if restoreConnection(fd: e.fd, r, now: now) != nil { restored += 1 }
             }
         }
-        for name in Set(stored.map(\.name)).sorted() { systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)") }
-        if let problem, !handedOver {
-            logger.warning("after a crash: \(problem)", ["REASON": String(problem.prefix { $0 != ":" })])
+        if let problem {
+            logger.warning("after \(after): \(problem)" + (alive == nil ? "; serving every connection in the live box with fresh state" : ""),
+                           ["REASON": String(problem.prefix { $0 != ":" })])
         }
-        return handedOver ? nil : (restored, dropped)
+        let ms = clock() - started
+        let line = "restored \(plural(restored, "connection")) in \(plural(relay.roomCount, "room")) in \(ms) ms after \(after)"
+        logger.info(line + " (\(plural(dropped, "descriptor")) of closed connections dropped)",
+                    ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(ms)])
+        return line
     }
 }

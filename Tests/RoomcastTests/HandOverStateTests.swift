@@ -105,6 +105,15 @@ struct HandOverStateTests {
         #expect(bytes[4] == 1, "the fixture is version 1")
         let state = try HandOverState.decode(bytes)
         #expect(state == Self.full)
+        #expect(state.boxName == "box" && state.socketOptions == "", "fields added after the fixture get their defaults")
+    }
+
+    @Test func fieldsAddedAfterVersion1RoundTrip() throws {
+        var s = Self.full
+        s.boxName = "livebox-12"
+        s.socketOptions = "30000/0"
+        let back = try HandOverState.decode(s.encode())
+        #expect(back.boxName == "livebox-12" && back.socketOptions == "30000/0")
     }
 
     /// A newer writer may add fields and records; this reader skips them.

@@ -42,6 +42,26 @@ struct HandOverTests {
             unlink(path)
         }
 
+        /// PID 1's fd store as the notifications so far left it (FDSTORE=1,
+        /// FDSTOREREMOVE=1; barrier descriptors are closed at once).
+        var store: [String: [Int32]] = [:]
+
+        /// Reads what was sent and applies it to `store`.
+        func update() {
+            for n in receive() {
+                let lines = n.text.split(separator: "\n")
+                if lines.contains("FDSTORE=1"), let name = n.name {
+                    store[name, default: []] += n.fds
+                } else {
+                    n.fds.forEach { close($0) }
+                    if lines.contains("FDSTOREREMOVE=1"), let name = n.name { store.removeValue(forKey: name)?.forEach { close($0) } }
+                }
+            }
+        }
+
+        /// The store as LISTEN_FDS would pass it, by name.
+        var passed: [(fd: Int32, name: String)] { store.sorted { $0.key < $1.key }.flatMap { e in e.value.map { (fd: $0, name: e.key) } } }
+
         /// Everything sent so far.
         func receive() -> [Notification] {
             var out: [Notification] = []
@@ -142,20 +162,16 @@ struct HandOverTests {
 
     /// Hands A's connections over and starts B on what A stored.
     static func handOver(_ a: Node, sections: String = config) throws -> Node {
-        _ = a.notify.receive().flatMap(\.fds).map(close)  // start-up notifications (the stored listener)
+        a.notify.update()
         a.server.announceRestart()
         a.server.beginHandOver()
         #expect(try !a.tick(), "the loop ends once the connections are handed over")
         #expect(a.server.handOver.done)
-        let sent = a.notify.receive()
-        sent.filter { $0.text.hasPrefix("BARRIER=1") }.flatMap(\.fds).forEach { close($0) }
-        let stored = sent.filter { $0.text.hasPrefix("FDSTORE=1") }
-        for n in stored { #expect(n.text.contains("FDPOLL=0"), "\(n.text): PID 1 must not poll a box") }
-        let names = stored.compactMap(\.name)
-        #expect(names.contains("state") && names.contains("box"), "\(names)")
-        let passed = stored.flatMap { n in n.fds.map { (fd: $0, name: n.name ?? "") } }
+        a.notify.update()
+        #expect(a.notify.store["state"] != nil && a.notify.store.keys.contains { $0 == "box" || $0.hasPrefix("livebox-") },
+                "\(a.notify.store.keys.sorted())")
         a.clock.nowMs += 40  // the gap: no deadline moves closer during it
-        return try Node(sections, clock: a.clock, stored: passed)
+        return try Node(sections, clock: a.clock, stored: a.notify.passed)
     }
 
     @Test("rooms, identities, partial input, owed output, heartbeat time left, violations and token buckets carry over")
@@ -228,34 +244,35 @@ struct HandOverTests {
         [y, z, w].forEach { close($0.peer) }
     }
 
-    @Test("a damaged or unknown state: the connections are served with fresh state, not dropped")
-    func damagedStateServesFreshConnections() throws {
-        for damage in ["damaged", "version"] {
+    @Test("a damaged or unknown state: the connections are served with what the live log has, else fresh state; never dropped")
+    func damagedStateKeepsTheConnections() throws {
+        for (damage, keepLiveLog) in [("damaged", true), ("version", true), ("damaged", false), ("version", false)] {
             let clock = ManualClock()
             let a = try Node(Self.config, clock: clock)
             let x = a.connect(), y = a.connect()
             Self.send(x.peer, Self.join("alice", room: "r1"))
             Self.send(y.peer, Self.join("bob", room: "r1"))
             try a.tick()
-            _ = a.notify.receive().flatMap(\.fds).map(close)
+            a.notify.update()
             a.server.announceRestart()
             a.server.beginHandOver()
             #expect(try !a.tick())
-            let sent = a.notify.receive()
-            sent.filter { $0.text.hasPrefix("BARRIER=1") }.flatMap(\.fds).forEach { close($0) }
-            let box = sent.first { $0.name == "box" }!.fds[0]
+            a.notify.update()
             var bytes = HandOverState(connections: [HandOverState.Record(key: 0)]).encode()
             if damage == "damaged" { bytes[30] ^= 0xFF } else { bytes[4] = 99 }
-            let state = try StateFile.make(bytes, name: "test")
-            let b = try Node(Self.config, clock: clock, stored: [(box, "box"), (state, "state")])
+            a.notify.store["state"]!.forEach { close($0) }
+            a.notify.store["state"] = [try StateFile.make(bytes, name: "test")]
+            if !keepLiveLog { a.notify.store.removeValue(forKey: "livestate-1")?.forEach { close($0) } }
+            let b = try Node(Self.config, clock: clock, stored: a.notify.passed)
             let log = b.log
-            #expect(b.server.table.count == 2, "\(damage): both connections kept")
-            #expect(b.server.relay.memberCount(of: "lobby") == 2, "\(damage): fresh state: in the default room")
-            #expect(log.contains(damage == "damaged" ? "REASON=handover_state_damaged" : "REASON=handover_state_version") || log.contains("serving the handed-over connections with fresh state"),
-                    "\(damage): logged: \(log)")
+            let what = "\(damage) state, \(keepLiveLog ? "with" : "without") the live log"
+            #expect(b.server.table.count == 2, "\(what): both connections kept")
+            let room = keepLiveLog ? "r1" : "lobby"
+            #expect(b.server.relay.memberCount(of: room) == 2, "\(what): in \(room)")
+            #expect(log.contains(damage == "damaged" ? "REASON=handover_state_damaged" : "REASON=handover_state_version"), "\(what): logged: \(log)")
             Self.send(x.peer, FrameCodec.encode(type: 100, body: [1, 2, 3], byteOrder: .little))
             try b.tick()
-            #expect(Self.frames(Self.drain(y.peer) ?? []).contains { $0.1 == [1, 2, 3] }, "\(damage): and they are served")
+            #expect(Self.frames(Self.drain(y.peer) ?? []).contains { $0.1 == [1, 2, 3] }, "\(what): and they are served")
             [x, y].forEach { close($0.peer) }
         }
     }
@@ -306,10 +323,10 @@ struct HandOverTests {
         try a.tick()
         #expect(a.server.table.count == 4)
         // The crash: whatever A stored is all B gets (A is never ticked again).
-        let stored = a.notify.receive().filter { $0.text.hasPrefix("FDSTORE=1") && ($0.name ?? "").hasPrefix("live") }
-        let names = stored.compactMap(\.name)
+        a.notify.update()
+        let names = a.notify.store.keys.sorted()
         #expect(names.contains("livebox-1") && names.contains("livestate-1"), "\(names)")
-        let b = try Node(Self.config, clock: clock, stored: stored.flatMap { n in n.fds.map { (fd: $0, name: n.name!) } })
+        let b = try Node(Self.config, clock: clock, stored: a.notify.passed)
         let s = b.server
         let log = b.log
         #expect(log.contains("restored 4 connections in 3 rooms in") && log.contains("after a crash"), "\(log)")
@@ -338,6 +355,7 @@ struct HandOverTests {
         let fromB = b.notify.receive()
         #expect(fromB.contains { $0.text == "FDSTOREREMOVE=1\nFDNAME=livebox-1" })
         #expect(fromB.contains { $0.text.hasPrefix("FDSTORE=1") && $0.name == "livebox-2" })
+        for n in fromB where n.text.hasPrefix("FDSTORE=1") { #expect(n.text.contains("FDPOLL=0"), "\(n.text): PID 1 must not poll a box") }
         [x, y, z, w].forEach { close($0.peer) }
     }
 
