@@ -87,6 +87,8 @@ class ChatPool:
         self.t_send = array.array("d")        # per delivery: send time (s, monotonic)
         self.latency = array.array("d")       # per delivery: latency (s)
         self.other_frames = 0                 # joins, leaves (not counted as chat)
+        self.sent_at = {}                     # (sender, seq) -> send time (s, monotonic)
+        self.copies = {}                      # (sender, seq) -> receivers that got it
         self.next_send = 0.0
         self.turn = 0
 
@@ -176,7 +178,9 @@ class ChatPool:
             self._send(m, self._chat_frame(m))
 
     def _chat_frame(self, m):
-        content = f"{m.i:06d}:{m.seq:08d}:{now_ns():020d}"
+        t = now_ns()
+        content = f"{m.i:06d}:{m.seq:08d}:{t:020d}"
+        self.sent_at[(m.i, m.seq)] = t / 1e9
         m.seq += 1
         self.sent[m.i] += 1
         return frame(TEXT, field(1, m.identity) + field(2, content))
@@ -277,6 +281,7 @@ class ChatPool:
                             self.skipped += q - prev - 1
                         self.last[key] = q
                     self.received[key] = self.received.get(key, 0) + 1
+                    self.copies[(s, q)] = self.copies.get((s, q), 0) + 1
                     self.t_send.append(t / 1e9)
                     self.latency.append((now - t) / 1e9)
             else:
@@ -299,6 +304,12 @@ class ChatPool:
             for s in range(r.room, self.n, self.rooms):
                 missing += self.sent[s] - self.received.get(r.i * self.n + s, 0)
         return missing
+
+    def missing(self):
+        """[(send time, sender, seq, copies missing)] of every chat frame some member of its room did not get."""
+        size = lambda s: len(range(s % self.rooms, self.n, self.rooms))
+        return sorted((t, s, q, size(s) - self.copies.get((s, q), 0))
+                      for (s, q), t in self.sent_at.items() if self.copies.get((s, q), 0) < size(s))
 
     def expected(self):
         return sum(self.sent[s] * len(range(s % self.rooms, self.n, self.rooms)) for s in range(self.n))
