@@ -59,21 +59,25 @@ def free_port():
         return s.getsockname()[1]
 
 
-def event(pool, label, argv, settle, perf=None):
+def event(pool, label, argv, settle, perf=None, split=()):
     profiler = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "1999", "-o", perf, "--", "sleep", "2"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if perf else None
     if profiler:
         time.sleep(0.3)
+    b50, b99, bmax, bn = pool.window(time.monotonic() - 3, time.monotonic())
+    print(f"# {label}: relay latency in the 3 s before: p50 {b50:.1f} ms, p99 {b99:.1f} ms, max {bmax:.1f} ms ({bn} deliveries)", flush=True)
     mark = cursor()
     pid = show("MainPID")["MainPID"]
+    lost0, dup0, got0, exp0 = pool.lost(), pool.duplicates, pool.deliveries(), pool.expected()
+    pool.split_next(split)  # half a frame each, completed once the new process has restored them
     cpu0 = pid_cpu_seconds(PID1)
-    lost0, dup0, got0, exp0 = pool.lost(), pool.duplicates, len(pool.latency), pool.expected()
     out = {}
 
     def go():
         out["t0"] = time.monotonic()
         out["p"] = run(*argv, check=False)
         out["t1"] = time.monotonic()
+    pool.next_send = time.monotonic()  # no burst of the frames due while this thread was busy above
     worker = threading.Thread(target=go)
     worker.start()
     while worker.is_alive():
@@ -92,6 +96,7 @@ def event(pool, label, argv, settle, perf=None):
                 m = bytes(m).decode(errors="replace")
             if m.startswith("restored "):
                 restored = m
+    pool.complete_split()
     pool.run(settle)
     cpu1 = pid_cpu_seconds(PID1)
     pool.drain(settle=1.0, timeout=60)
@@ -101,7 +106,7 @@ def event(pool, label, argv, settle, perf=None):
         "event": label, "systemctl_ms": round((out["t1"] - out["t0"]) * 1000), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1),
         "max_ms": round(worst, 1), "frames": n, "pid1_cpu_ms": round((cpu1 - cpu0) * 1000), "restored": restored,
         "eof": eof, "rst": rst, "lost": pool.lost() - lost0, "duplicated_or_reordered": pool.duplicates - dup0,
-        "deliveries": len(pool.latency) - got0, "expected": pool.expected() - exp0,
+        "deliveries": pool.deliveries() - got0, "expected": pool.expected() - exp0,
         "new_pid": show("MainPID")["MainPID"] != pid, "rc": out["p"].returncode,
     }
     print(json.dumps(row), flush=True)
@@ -149,11 +154,11 @@ def main():
     pool.run(args.settle)
     rows = []
     pool.start_chat()
-    rows.append(event(pool, "systemctl restart", ["systemctl", "restart", UNIT], args.settle, perf=args.perf))
+    rows.append(event(pool, "systemctl restart", ["systemctl", "restart", UNIT], args.settle, perf=args.perf,
+                      split=pool.members[::max(1, args.clients // 20)]))
     pool.start_chat()
-    pool.split_next(pool.members[::max(1, args.clients // 20)])
-    rows.append(event(pool, "SIGKILL (crash)", ["systemctl", "kill", "-s", "SIGKILL", UNIT], args.settle))
-    pool.complete_split()
+    rows.append(event(pool, "SIGKILL (crash)", ["systemctl", "kill", "-s", "SIGKILL", UNIT], args.settle,
+                      split=pool.members[::max(1, args.clients // 20)]))
     pool.close()
 
     lines = [f"{args.clients} clients in {args.rooms} rooms ({args.rate} frames/s each) under systemd 252 in systemd-nspawn, "

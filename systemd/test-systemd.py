@@ -678,7 +678,7 @@ def test_handover(t, stage):
         pool.drain()
         eof, rst = pool.closed()
         expected = pool.expected()
-        received = len(pool.latency)
+        received = pool.deliveries()
         t.check("no client saw EOF or RST across two restarts and an upgrade", eof == 0 and rst == 0, f"{eof} EOF, {rst} RST")
         t.check(f"every chat frame arrived once and in order ({received} of {expected} deliveries)",
                 pool.lost() == 0 and pool.duplicates == 0 and pool.skipped == 0 and pool.foreign == 0 and received == expected,
@@ -686,7 +686,7 @@ def test_handover(t, stage):
         print(f"        {sum(pool.sent)} chat frames sent, {received} deliveries checked for order, loss and duplicates")
 
         # 4. A crash: SIGKILL, nothing handed over; the live box and log bring everyone back.
-        expected0, received0 = pool.expected(), len(pool.latency)
+        expected0, received0 = pool.expected(), pool.deliveries()
         pool.start_chat()
         pool.split_next(pool.members[75::100])
         restored = event(t, pool, "SIGKILL", ["systemctl", "kill", "-s", "SIGKILL", UNIT])
@@ -701,11 +701,11 @@ def test_handover(t, stage):
                 pool.duplicates == 0 and pool.foreign == 0, f"duplicated or reordered {pool.duplicates}, from another room {pool.foreign}")
         lost = pool.lost()
         crash_expected = pool.expected() - expected0
-        print(f"        SIGKILL: {crash_expected} deliveries expected, {len(pool.latency) - received0} received, {lost} lost "
+        print(f"        SIGKILL: {crash_expected} deliveries expected, {pool.deliveries() - received0} received, {lost} lost "
               f"({pool.skipped} seen as gaps): frames the killed process had read but not yet written to every member "
               f"(its output queues and this iteration's batch live only in memory); the split frames completed (partial input is in the live log)")
         t.check("SIGKILL: what was lost is accounted for (expected = received + lost)",
-                crash_expected == len(pool.latency) - received0 + lost)
+                crash_expected == pool.deliveries() - received0 + lost)
     finally:
         pool.close()
     print("        summary: event, systemctl time, p99 / max relay latency of frames sent around it, PID 1 CPU")
