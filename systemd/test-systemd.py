@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 
-from chatpool import ChatPool, pid_cpu_seconds, frame as ltb_frame
+from chatpool import ChatPool, field, pid_cpu_seconds, user_info
 
 PID1 = os.environ.get("SANDBOX_PID1")
 UNIT = "roomcastd.service"
@@ -108,27 +108,7 @@ def find(records, substring):
 
 # ---------------------------------------------------------------- clients
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(number, value):
-    if isinstance(value, int):
-        return varint(number << 3) + varint(value)
-    if isinstance(value, str):
-        value = value.encode()
-    return varint(number << 3 | 2) + varint(len(value)) + value
-
-
-def user_info(name, room=None):
-    body = field(1, 1) + field(2, name) + field(3, "https://example.com/" + name + ".png")
-    return body + (field(4, room) if room else b"")
+# field and user_info (proto2 bodies) come from chatpool.py.
 
 
 class Client:

@@ -125,21 +125,10 @@ struct HandOverTests {
         func tick() throws -> Bool { try server.runOnce(maxWaitMs: 0) }
     }
 
-    static func send(_ fd: Int32, _ bytes: [UInt8]) {
-        #expect(bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count)
-    }
+    static func send(_ fd: Int32, _ bytes: [UInt8]) { ServerClockTests.send(fd, bytes) }
 
     /// What is readable now; nil at EOF.
-    static func drain(_ fd: Int32) -> [UInt8]? {
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-            if n == 0 { return nil }
-            if n < 0 { return out }
-            out += buffer[0..<n]
-        }
-    }
+    static func drain(_ fd: Int32) -> [UInt8]? { ServerClockTests.drain(fd) }
 
     /// Whole LTB frames in `bytes` as (type, body).
     static func frames(_ bytes: [UInt8]) -> [(UInt16, [UInt8])] {
