@@ -113,7 +113,7 @@ test: deps
 
 # LeakSanitizer is told to ignore only what leaks inside XCTest and Foundation
 # (libFoundation and libFoundationEssentials: String(contentsOf:) in the tests)
-# (notes/swift-linux.md §7). The roomcastd the integration tests spawn is the
+# (XCTest and Foundation leak on purpose at exit). The roomcastd the integration tests spawn is the
 # ASan build too; a report on its stderr fails the test that ran it.
 test-asan: deps
 	@mkdir -p $(ASAN_BUILD)
@@ -247,7 +247,7 @@ export BENCH_BUILD
 
 .PHONY: bench bench-plot bench-profile
 
-# Every workload of issue 5 against roomcastd and Redis (installed if missing):
+# Every workload of BENCHMARKS.md against roomcastd and Redis (installed if missing):
 # one table with both servers and the ratios (about 3 minutes plus the build).
 bench:
 	bench/run.sh

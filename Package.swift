@@ -1,5 +1,5 @@
 // swift-tools-version:6.0
-// roomcast: a one-thread epoll chat-room relay daemon (see README.md, PROTOCOL.md).
+// roomcast: a one-thread epoll chat-room relay daemon (see README.md, docs/protocol.md).
 import PackageDescription
 
 let package = Package(
@@ -13,8 +13,13 @@ let package = Package(
     ],
     targets: [
         // Glibc's Swift overlay lacks epoll, signalfd, timerfd, eventfd, accept4
-        // and getopt_long (notes/swift-linux.md §2): one small C target for them.
+        // and getopt_long: one small C target for them.
         .target(name: "CShim"),
+        // roomcastd's alone: blocks SIGTERM, SIGINT and SIGHUP from an ELF
+        // initializer, before the Swift runtime starts (a SIGHUP in the first
+        // milliseconds used to kill the daemon). Never a dependency of anything
+        // else: the client, the bench, the soak driver and the tests keep their signals.
+        .target(name: "CEarlySignals"),
         // libsystemd (sd_listen_fds, sd_watchdog_enabled, sd_is_socket_inet; sd_notify only for vsock addresses).
         .systemLibrary(
             name: "CSystemd",
@@ -31,7 +36,7 @@ let package = Package(
         .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd"]),
-        .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore"]),
+        .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore", "CEarlySignals"]),
         // The client library: one event loop, reconnects, heartbeats.
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
         // The command-line client (chat, send, listen).
@@ -40,7 +45,7 @@ let package = Package(
         // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
         .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
-        // libFuzzer targets (`make fuzz`, notes/swift-linux.md §7): each one file
+        // libFuzzer targets (`make fuzz`): each one file
         // holding only LLVMFuzzerTestOneInput; a plain build makes no-op binaries.
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
@@ -50,7 +55,10 @@ let package = Package(
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
-            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcastd", "roomcast", "roomcast-bench"],
+            // Not roomcastd: a test target links the objects of the executables it
+            // depends on, and roomcastd's CEarlySignals would block the signals of
+            // the test process. `swift build`/`swift test` build roomcastd anyway.
+            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcast", "roomcast-bench"],
             // Reference/proto_ref.py is run by the tests with python3, not bundled.
             exclude: ["Reference"]
         ),

@@ -13,7 +13,7 @@ What the suite changes in the container, and why:
 - roomcastd.service.d/test.conf: WatchdogSec=2s instead of 10s, so that the
   watchdog test takes seconds. Everything else is the installed unit.
 
-The checks follow issue 7, items 1-7, in order; later ones build on the
+The checks follow the service's life cycle in order; later ones build on the
 state earlier ones leave (a running service, connected clients). A failed
 check is reported and the suite goes on where it can.
 """
@@ -492,7 +492,7 @@ def test_stop(t, stage):
 
 
 def test_json_socket(t, stage):
-    """Issue 6: roomcastd-json.socket hands seed 002's JSON listener to the
+    """roomcastd-json.socket hands the JSON listener to the
     same service (FileDescriptorName=json), bridged into the LTB rooms."""
     write_config(stage, "")  # the defaults again: echo = yes
     jport = free_port()

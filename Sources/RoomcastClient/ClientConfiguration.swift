@@ -1,4 +1,4 @@
-/// Frame types of the messages the client sends and decodes (PROTOCOL.md §2).
+/// Frame types of the messages the client sends and decodes (docs/protocol.md §2).
 /// The control codes are configurable per daemon listener, so they are here too.
 public struct MessageTypes: Equatable, Sendable {
     /// Join, body `UserInfo` (default 0; the daemon's `join_type`).
@@ -11,12 +11,12 @@ public struct MessageTypes: Equatable, Sendable {
     public var gift: UInt16 = 3
     /// Heartbeat, body ignored, never relayed (default 8; the daemon's `heartbeat_type`).
     public var heartbeat: UInt16 = 8
-    /// Seed 000's codes, roomcastd's defaults.
+    /// The original phone clients' codes, roomcastd's defaults.
     public init() {}
 }
 
 /// When and how often to reconnect after a drop: exponential backoff with
-/// jitter, like the seed phone clients (PROTOCOL.md §8).
+/// jitter, like the original phone clients (docs/protocol.md §8).
 ///
 /// Retry n (counting from 0) waits `min(maxDelayMs, initialDelayMs · 2^n)`
 /// scaled by a random factor in [0.5, 1] ("equal jitter"), so a daemon restart
@@ -61,21 +61,21 @@ public struct ReconnectPolicy: Equatable, Sendable {
 public struct ClientConfiguration: Sendable {
     /// The daemon's address (default `127.0.0.1:9898`).
     public var server: ServerAddress
-    /// Byte order of frame headers; must match the daemon's listener (PROTOCOL.md §1).
+    /// Byte order of frame headers; must match the daemon's listener (docs/protocol.md §1).
     public var byteOrder: ByteOrder = .little
     /// Largest body sent or accepted, in bytes (the daemon's default `max_frame_bytes`, 64 KiB).
     public var maxFrameBytes: Int = 64 * 1024
     /// Interval between heartbeats while connected, in ms (default 10 000 as
-    /// the seed clients; 0 sends none). Keep it under the daemon's
-    /// `heartbeat.timeout` (PROTOCOL.md §5).
+    /// the original phone clients; 0 sends none). Keep it under the daemon's
+    /// `heartbeat.timeout` (docs/protocol.md §5).
     public var heartbeatIntervalMs: UInt64 = 10_000
-    /// Body of a heartbeat frame: seed 000's text; the daemon never decodes it.
+    /// Body of a heartbeat frame: the original clients' text; the daemon never decodes it.
     public var heartbeatBody: [UInt8] = Array("this is a heartBeat message ".utf8)
     /// Time allowed for one connection attempt (all resolved addresses), in ms.
     public var connectTimeoutMs: UInt64 = 10_000
     /// Reconnection after a drop.
     public var reconnect = ReconnectPolicy()
-    /// Frame types (PROTOCOL.md §2).
+    /// Frame types (docs/protocol.md §2).
     public var types = MessageTypes()
 
     /// The defaults above, for the daemon at `server`.

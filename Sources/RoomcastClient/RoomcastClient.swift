@@ -3,7 +3,7 @@ import CShim
 import Glibc
 import RoomcastIO
 
-/// A roomcast client connection (PROTOCOL.md): connects to the daemon, joins
+/// A roomcast client connection (docs/protocol.md): connects to the daemon, joins
 /// a room, sends text, gifts, leaves and opaque frames, decodes what the room
 /// relays, sends heartbeats, and reconnects after a drop (then joins the same
 /// room again).
@@ -126,7 +126,7 @@ public final class RoomcastClient {
         if state == .connected { sendJoin(rejoin: false) }
     }
 
-    /// Leaves the room (PROTOCOL.md §4: the connection stays open, receives
+    /// Leaves the room (docs/protocol.md §4: the connection stays open, receives
     /// nothing and keeps sending heartbeats) and stops rejoining after reconnects.
     /// - Throws: `ClientError.notJoined` without a previous `join`,
     ///   `ClientError.notConnected` when not connected (the wish to be in the room is dropped anyway).

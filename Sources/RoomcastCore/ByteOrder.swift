@@ -1,5 +1,5 @@
-/// Byte order of the integers in a frame header (PROTOCOL.md §1): one order
-/// per listener, never guessed per frame. Seed clients write little-endian.
+/// Byte order of the integers in a frame header (docs/protocol.md §1): one order
+/// per listener, never guessed per frame. The original phone clients write little-endian.
 public enum ByteOrder: String, Sendable, Equatable, CaseIterable {
     case little
     case big

@@ -158,7 +158,7 @@ public struct Config: Equatable, Sendable {
         public var maxClientsPerIP: Int
     }
 
-    /// `[protocol]` (PROTOCOL.md §1, §2).
+    /// `[protocol]` (docs/protocol.md §1, §2).
     public struct ProtocolSettings: Equatable, Sendable {
         /// `byte_order`: `little` (default) or `big`.
         public var byteOrder: ByteOrder
@@ -179,6 +179,10 @@ public struct Config: Equatable, Sendable {
         /// `max_violations`: violations before the client is closed, >= 1.
         /// Default 3.
         public var maxViolations: Int
+        /// `max_room_bytes`: longest `room` a join may name, in bytes of
+        /// UTF-8, 1 ... 64K. Default 255 (as `default_room`, which must fit
+        /// in it). A longer one is a violation; the client stays where it was.
+        public var maxRoomBytes: Int
     }
 
     /// `[heartbeat]`
@@ -230,15 +234,15 @@ public struct Config: Equatable, Sendable {
         public var statsIntervalMs: UInt64
     }
 
-    /// `[json]`: the second listener protocol, seed 002's JSON chat room
-    /// (PROTOCOL.md §7): frames of a u32 little-endian length and a JSON body.
+    /// `[json]`: the second listener protocol, the JSON chat room
+    /// (docs/protocol.md §7): frames of a u32 little-endian length and a JSON body.
     public struct JSON: Equatable, Sendable {
         /// `listen`, repeatable; none by default, so the listener is off.
         public var listen: [ListenAddress]
         /// `max_frame_bytes`: largest accepted JSON body, 1 ... 1G. Default 64K.
         public var maxFrameBytes: Int
         /// `heartbeat_timeout`: close a JSON client silent this long; 0 = never
-        /// (default: seed 002's clients send no heartbeat).
+        /// (default: JSON clients send no heartbeat).
         public var heartbeatTimeoutMs: UInt64
         /// `tcp_keepalive`: idle time before TCP keepalive probes on JSON
         /// connections, so dead peers are still found; 0 = off. Default 60s.
@@ -263,7 +267,7 @@ public struct Config: Equatable, Sendable {
         protocol: ProtocolSettings(
             byteOrder: .little, maxFrameBytes: 64 << 10,
             joinType: 0, leaveType: 1, heartbeatType: 8,
-            echo: true, validate: true, maxViolations: 3),
+            echo: true, validate: true, maxViolations: 3, maxRoomBytes: 255),
         heartbeat: Heartbeat(timeoutMs: 30_000, tickMs: 100),
         limits: Limits(outputSoftBytes: 256 << 10, outputSoftMs: 10_000, outputHardBytes: 4 << 20,
                        framesPerSecond: 0, framesBurst: 0, bytesPerSecond: 0, bytesBurst: 0),
@@ -378,6 +382,11 @@ public struct Config: Equatable, Sendable {
                     + "join_type, leave_type and heartbeat_type must differ")
             }
         }
+        if server.defaultRoom.utf8.count > p.maxRoomBytes {
+            throw fail(["server.default_room", "protocol.max_room_bytes"],
+                       "server.default_room is \(server.defaultRoom.utf8.count) bytes, over protocol.max_room_bytes "
+                       + "(\(p.maxRoomBytes)): a join naming the default room would be refused")
+        }
         if heartbeat.timeoutMs != 0 && heartbeat.tickMs >= heartbeat.timeoutMs {
             throw fail(["heartbeat.timeout", "heartbeat.tick"],
                        "heartbeat.tick (\(formatDuration(ms: heartbeat.tickMs))) must be less than "
@@ -474,6 +483,9 @@ let specs: [SectionSpec] = [
         KeySpec(name: "validate") { c, v throws(ValueError) in c.protocol.validate = try boolean(v) },
         KeySpec(name: "max_violations") { c, v throws(ValueError) in
             c.protocol.maxViolations = try integer(v, 1...Int.max)
+        },
+        KeySpec(name: "max_room_bytes") { c, v throws(ValueError) in
+            c.protocol.maxRoomBytes = try size(v, 1...(64 << 10))
         },
     ]),
     SectionSpec(section: "heartbeat", keys: [

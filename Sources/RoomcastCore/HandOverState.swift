@@ -65,8 +65,8 @@ public struct HandOverState: Equatable, Sendable {
         public var dialect: Dialect = .ltb
         /// The peer, `1.2.3.4:P` or `[::1]:P`, as the writer logged it.
         public var peerAddress: String = ""
-        /// The room it is in; nil: none (it left).
-        public var room: String? = nil
+        /// The room it is in, its bytes as received; nil: none (it left).
+        public var room: RoomName? = nil
         /// The UserInfo body of its last join (PROTOCOL.md §4); nil: not joined.
         public var identity: [UInt8]? = nil
         /// A JSON client's nickname (docs/protocol.md §7); nil: none yet.
@@ -162,7 +162,7 @@ public struct HandOverState: Equatable, Sendable {
                 w.u64(FieldTag.key.rawValue, c.key)
                 w.u8(FieldTag.dialect.rawValue, c.dialect.rawValue)
                 w.bytes(FieldTag.peerAddress.rawValue, c.peerAddress.utf8)
-                if let room = c.room { w.bytes(FieldTag.room.rawValue, room.utf8) }
+                if let room = c.room { w.bytes(FieldTag.room.rawValue, room.bytes) }
                 if let identity = c.identity { w.bytes(FieldTag.identity.rawValue, identity) }
                 if let nickname = c.nickname { w.bytes(FieldTag.nickname.rawValue, nickname.utf8) }
                 if !c.input.isEmpty { w.bytes(FieldTag.input.rawValue, c.input) }
@@ -256,7 +256,7 @@ public struct HandOverState: Equatable, Sendable {
                 guard let d = Dialect(rawValue: try Reader.u8(v, "dialect")) else { throw .damaged("unknown dialect \(v.first ?? 0)") }
                 r.dialect = d
             case .peerAddress: r.peerAddress = try Reader.text(v, "peer address")
-            case .room: r.room = try Reader.text(v, "room")
+            case .room: r.room = RoomName(bytes: Array(v))  // byte strings, not necessarily UTF-8
             case .identity: r.identity = Array(v)
             case .nickname: r.nickname = try Reader.text(v, "nickname")
             case .input: r.input = Array(v)

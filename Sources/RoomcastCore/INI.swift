@@ -1,6 +1,6 @@
 // A small INI reader with the syntax systemd users know. Written by hand
 // instead of using libinih: Debian's libinih silently splits lines longer than
-// 200 characters and honours inline `;` comments (notes/swift-linux.md §6).
+// 200 characters and honours inline `;` comments.
 
 /// One `key = value` line of an INI file.
 public struct INIEntry: Equatable, Sendable {

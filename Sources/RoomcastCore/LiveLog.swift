@@ -47,7 +47,7 @@ public enum LiveLog {
     public struct Connection: Equatable, Sendable {
         public var dialect: HandOverState.Dialect = .ltb
         public var peerAddress = ""
-        public var room: String?
+        public var room: RoomName?
         public var identity: [UInt8]?
         public var input: [UInt8] = []
         public var torn: [UInt8] = []
@@ -76,8 +76,8 @@ public enum LiveLog {
         return record(.open, serial, payload)
     }
 
-    public static func room(_ serial: UInt32, room: String?, identity: [UInt8]?) -> [UInt8] {
-        let r = Array((room ?? "").utf8)
+    public static func room(_ serial: UInt32, room: RoomName?, identity: [UInt8]?) -> [UInt8] {
+        let r = room?.bytes ?? []
         let i = identity ?? []
         var payload: [UInt8] = [(room != nil ? 1 : 0) | (identity != nil ? 2 : 0)]
         put(&payload, UInt32(r.count))
@@ -149,7 +149,7 @@ public enum LiveLog {
                 let flags = try p.u8()
                 let room = try p.bytes(Int(try p.u32()))
                 let identity = try p.bytes(Int(try p.u32()))
-                live[serial]?.room = flags & 1 != 0 ? String(decoding: room, as: UTF8.self) : nil
+                live[serial]?.room = flags & 1 != 0 ? RoomName(bytes: Array(room)) : nil
                 live[serial]?.identity = flags & 2 != 0 ? Array(identity) : nil
             case .input:
                 live[serial]?.input = Array(try p.bytes(Int(try p.u32())))

@@ -1,4 +1,4 @@
-// The three proto2 bodies of PROTOCOL.md §3 (seed 000's IMMessage.proto):
+// The three proto2 bodies of docs/protocol.md §3 (the original clients' IMMessage.proto):
 //
 //   message UserInfo    { required int32 level = 1; required string name = 2;
 //                         required string iconURL = 3; optional string room = 4; }
@@ -79,7 +79,7 @@ public enum ProtoError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// A chat user (PROTOCOL.md §3): sent alone as the body of join/leave frames
+/// A chat user (docs/protocol.md §3): sent alone as the body of join/leave frames
 /// and embedded as `user` in `ChatMessage` and `GiftMessage`.
 public struct UserInfo: Equatable, Sendable {
     /// Field 1, required int32 (negative values are legal and take 10 bytes on the wire).
@@ -92,7 +92,7 @@ public struct UserInfo: Equatable, Sendable {
     /// the default room. Omitted from the encoding when nil.
     public var room: String?
 
-    /// A user; `room` nil means the default room (PROTOCOL.md §3).
+    /// A user; `room` nil means the default room (docs/protocol.md §3).
     public init(level: Int32, name: String, iconURL: String, room: String? = nil) {
         self.level = level
         self.name = name
@@ -142,9 +142,16 @@ public struct UserInfo: Equatable, Sendable {
         writer.writeVarint(UInt64(serializedSize))
         write(to: &writer)
     }
+
+    /// Equal when the fields are, strings byte for byte (proto2 strings are
+    /// bytes on the wire; `String ==` would make NFC and NFD spellings of a
+    /// name or room equal, see PeerText.swift).
+    public static func == (a: UserInfo, b: UserInfo) -> Bool {
+        a.level == b.level && sameBytes(a.name, b.name) && sameBytes(a.iconURL, b.iconURL) && sameBytes(a.room, b.room)
+    }
 }
 
-/// A text message (PROTOCOL.md §2 type 2, §3).
+/// A text message (docs/protocol.md §2 type 2, §3).
 public struct ChatMessage: Equatable, Sendable {
     /// Field 1, required embedded `UserInfo`.
     public var user: UserInfo
@@ -183,9 +190,14 @@ public struct ChatMessage: Equatable, Sendable {
         writer.writeString(2, text)
         return writer.bytes
     }
+
+    /// Equal when the fields are, strings byte for byte (see `UserInfo.==`).
+    public static func == (a: ChatMessage, b: ChatMessage) -> Bool {
+        a.user == b.user && sameBytes(a.text, b.text)
+    }
 }
 
-/// A gift message (PROTOCOL.md §2 type 3, §3).
+/// A gift message (docs/protocol.md §2 type 3, §3).
 public struct GiftMessage: Equatable, Sendable {
     /// Field 1, required embedded `UserInfo`.
     public var user: UserInfo
@@ -238,9 +250,14 @@ public struct GiftMessage: Equatable, Sendable {
         writer.writeInt32(4, giftcount)
         return writer.bytes
     }
+
+    /// Equal when the fields are, strings byte for byte (see `UserInfo.==`).
+    public static func == (a: GiftMessage, b: GiftMessage) -> Bool {
+        a.user == b.user && sameBytes(a.giftname, b.giftname) && sameBytes(a.giftURL, b.giftURL) && a.giftcount == b.giftcount
+    }
 }
 
-/// The message type a frame body should hold (PROTOCOL.md §2: join and leave
+/// The message type a frame body should hold (docs/protocol.md §2: join and leave
 /// carry `userInfo`, text `chatMessage`, gift `giftMessage`).
 public enum BodyKind: Sendable {
     /// Join (type 0) and leave (type 1).
@@ -253,7 +270,7 @@ public enum BodyKind: Sendable {
 
 /// Checks that `body` is a valid message of `kind` exactly as the decoding
 /// initializers would (well-formed, required fields present, strings valid
-/// UTF-8; PROTOCOL.md §3) without building it: UTF-8 is validated in place and
+/// UTF-8; docs/protocol.md §3) without building it: UTF-8 is validated in place and
 /// nothing is allocated on success. The relay calls this on every type 0-3 frame.
 /// - Throws: the `ProtoError` the matching `init(protobuf:)` would throw.
 public func validateBody(_ kind: BodyKind, _ body: UnsafeRawBufferPointer) throws(ProtoError) {

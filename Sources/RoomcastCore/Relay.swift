@@ -11,16 +11,16 @@ public protocol FrameSink: AnyObject {
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int
 }
 
-/// The relay rules that can change on reload (PROTOCOL.md §2-§4).
+/// The relay rules that can change on reload (docs/protocol.md §2-§4).
 public struct RelaySettings: Equatable, Sendable {
     public var byteOrder: ByteOrder
     public var joinType: UInt16
     public var leaveType: UInt16
     public var heartbeatType: UInt16
-    /// Text (2) and gift (3) are fixed by seed 000's `MsgType`.
+    /// Text (2) and gift (3) are fixed (docs/protocol.md §2).
     public var textType: UInt16 = 2
     public var giftType: UInt16 = 3
-    /// Send frames back to their sender too (PROTOCOL.md §4).
+    /// Send frames back to their sender too (docs/protocol.md §4).
     public var echo: Bool
     /// Check join/leave/text/gift bodies against the proto2 schema (§3).
     public var validate: Bool
@@ -28,9 +28,13 @@ public struct RelaySettings: Equatable, Sendable {
     public var maxViolations: Int
     /// The room a connection is in after accept and after a join without `room`.
     public var defaultRoom: String
+    /// Longest `room` a join may name, in bytes of UTF-8 (`[protocol]
+    /// max_room_bytes`); a longer one is a violation and the join is refused.
+    public var maxRoomBytes: Int
 
     public init(byteOrder: ByteOrder = .little, joinType: UInt16 = 0, leaveType: UInt16 = 1, heartbeatType: UInt16 = 8,
-                echo: Bool = true, validate: Bool = true, maxViolations: Int = 3, defaultRoom: String = "lobby") {
+                echo: Bool = true, validate: Bool = true, maxViolations: Int = 3, defaultRoom: String = "lobby",
+                maxRoomBytes: Int = 255) {
         self.byteOrder = byteOrder
         self.joinType = joinType
         self.leaveType = leaveType
@@ -39,7 +43,30 @@ public struct RelaySettings: Equatable, Sendable {
         self.validate = validate
         self.maxViolations = maxViolations
         self.defaultRoom = defaultRoom
+        self.maxRoomBytes = maxRoomBytes
     }
+
+    /// Byte-wise, like every peer-visible string (see PeerText.swift): a
+    /// default room respelled in another normalization form is a change.
+    public static func == (a: RelaySettings, b: RelaySettings) -> Bool {
+        a.byteOrder == b.byteOrder && a.joinType == b.joinType && a.leaveType == b.leaveType
+            && a.heartbeatType == b.heartbeatType && a.textType == b.textType && a.giftType == b.giftType
+            && a.echo == b.echo && a.validate == b.validate && a.maxViolations == b.maxViolations
+            && sameBytes(a.defaultRoom, b.defaultRoom) && a.maxRoomBytes == b.maxRoomBytes
+    }
+}
+
+/// Why the relay dropped a frame; the raw value is the `REASON` code the
+/// daemon logs (a stable snake_case code, see Logger.peerWarning).
+public enum RejectionCode: String, Sendable {
+    /// A body that does not match the proto2 schema (§3), or a malformed JSON command (§7).
+    case badFrame = "bad_frame"
+    /// A join naming a room longer than `max_room_bytes`.
+    case roomTooLong = "room_too_long"
+    /// Over `[limits] frames_per_second` or `bytes_per_second` (the server's check).
+    case rateLimit = "rate_limit"
+    /// A JSON command whose frame would be over a `max_frame_bytes` (the server's check).
+    case frameTooLarge = "frame_too_large"
 }
 
 /// What the relay did with one frame, for the caller's logs and counters.
@@ -52,14 +79,27 @@ public enum RelayEvent: Equatable, Sendable {
     case joined(name: String, room: String, recipients: Int)
     /// A leave took the sender out of `room` (nil: it was in none).
     case left(room: String?, recipients: Int)
-    /// The frame was dropped: `reason` says why; `violations` counts the
-    /// sender's bad frames so far; `disconnect` is true once the count reaches
-    /// `maxViolations`.
-    case rejected(reason: String, violations: Int, disconnect: Bool)
+    /// The frame was dropped: `reason` says why and `code` what kind of
+    /// problem it is; `violations` counts the sender's bad frames so far;
+    /// `disconnect` is true once the count reaches `maxViolations`. The
+    /// sender's room and identity are as before the frame.
+    case rejected(reason: String, violations: Int, disconnect: Bool, code: RejectionCode)
+
+    /// Names and rooms compare byte for byte (see PeerText.swift).
+    public static func == (a: RelayEvent, b: RelayEvent) -> Bool {
+        switch (a, b) {
+        case (.heartbeat, .heartbeat): true
+        case let (.relayed(x), .relayed(y)): x == y
+        case let (.joined(n1, r1, x), .joined(n2, r2, y)): sameBytes(n1, n2) && sameBytes(r1, r2) && x == y
+        case let (.left(r1, x), .left(r2, y)): sameBytes(r1, r2) && x == y
+        case let (.rejected(r1, v1, d1, c1), .rejected(r2, v2, d2, c2)): sameBytes(r1, r2) && v1 == v2 && d1 == d2 && c1 == c2
+        default: false
+        }
+    }
 }
 
 /// Rooms, memberships and the per-connection session state (identity from
-/// join, violation count) — the relay policy of PROTOCOL.md §2-§4, with no
+/// join, violation count) — the relay policy of docs/protocol.md §2-§4, with no
 /// syscalls. Connection ids are small dense integers (slot indices) chosen
 /// by the caller; every operation is O(1) except broadcasts, which are
 /// O(room members).
@@ -67,7 +107,7 @@ public struct Relay {
     public private(set) var settings: RelaySettings
 
     private struct Room {
-        var name: String
+        var name: RoomName
         var members: [Int] = []
     }
 
@@ -88,7 +128,8 @@ public struct Relay {
 
     private var rooms: [Room] = []
     private var freeRooms: [Int] = []
-    private var roomIndex: [String: Int] = [:]
+    /// Keyed by the name's bytes: rooms that only look alike are different (§3).
+    private var roomIndex: [RoomName: Int] = [:]
     private var sessions: [Session] = []
 
     public init(settings: RelaySettings) {
@@ -105,14 +146,24 @@ public struct Relay {
     public var roomCount: Int { roomIndex.count }
 
     /// Members of `room` (0 when it does not exist).
-    public func memberCount(of room: String) -> Int {
+    public func memberCount(of room: RoomName) -> Int {
         roomIndex[room].map { rooms[$0].members.count } ?? 0
     }
 
+    /// Members of the room named by the bytes of `room` (0 when it does not exist).
+    public func memberCount(of room: String) -> Int {
+        memberCount(of: RoomName(room))
+    }
+
     /// The room connection `id` is in, if any.
-    public func room(of id: Int) -> String? {
+    public func roomName(of id: Int) -> RoomName? {
         guard id < sessions.count, sessions[id].room >= 0 else { return nil }
         return rooms[sessions[id].room].name
+    }
+
+    /// The name of the room connection `id` is in, if any (for logs).
+    public func room(of id: Int) -> String? {
+        roomName(of: id)?.string
     }
 
     /// The name from the connection's last join ("" before any join).
@@ -145,7 +196,7 @@ public struct Relay {
     /// `connect`ed: it moves into `room` (nil: none) with the identity and
     /// violation count it had, and nobody is told: its room never saw it
     /// leave. The name is read from `identity`, as a join does.
-    public mutating func restore(_ id: Int, room: String?, identity: [UInt8]?, violations: Int) {
+    public mutating func restore(_ id: Int, room: RoomName?, identity: [UInt8]?, violations: Int) {
         precondition(id < sessions.count && sessions[id].active, "restore of unknown connection \(id)")
         _ = exit(id)
         if let room { enter(id, room: room) }
@@ -155,7 +206,7 @@ public struct Relay {
     }
 
     /// A newly accepted connection: it becomes a member of the default room
-    /// (seed clients receive the room's traffic before they join, §4).
+    /// (clients receive the room's traffic before they join, §4).
     public mutating func connect(_ id: Int) {
         precondition(id >= 0)
         if id >= sessions.count {
@@ -163,7 +214,7 @@ public struct Relay {
         }
         precondition(!sessions[id].active, "connection id \(id) is already in use")
         sessions[id] = Session(active: true)
-        enter(id, room: settings.defaultRoom)
+        enter(id, room: RoomName(settings.defaultRoom))
     }
 
     /// The connection is gone (closed, evicted). If it had joined, its room
@@ -211,7 +262,7 @@ public struct Relay {
             let old = exit(id)
             sessions[id].identity = nil
             guard let r = old else { return .left(room: nil, recipients: 0) }
-            return .left(room: rooms.indices.contains(r) ? rooms[r].name : nil, recipients: broadcast(frame, room: r, from: id, sink: sink))
+            return .left(room: rooms.indices.contains(r) ? rooms[r].name.string : nil, recipients: broadcast(frame, room: r, from: id, sink: sink))
         case s.textType:
             if s.validate, let error = check(.chatMessage, body) { return violation(id, "text: \(error)") }
         case s.giftType:
@@ -231,15 +282,15 @@ public struct Relay {
     }
 
     /// Counts a bad frame that the caller rejected itself (e.g. a malformed
-    /// JSON body, PROTOCOL.md §7), exactly like a bad proto2 body.
-    public mutating func reject(_ id: Int, reason: String) -> RelayEvent {
-        violation(id, reason)
+    /// JSON body, docs/protocol.md §7), exactly like a bad proto2 body.
+    public mutating func reject(_ id: Int, reason: String, code: RejectionCode = .badFrame) -> RelayEvent {
+        violation(id, reason, code)
     }
 
-    private mutating func violation(_ id: Int, _ reason: String) -> RelayEvent {
+    private mutating func violation(_ id: Int, _ reason: String, _ code: RejectionCode = .badFrame) -> RelayEvent {
         sessions[id].violations += 1
         let n = sessions[id].violations
-        return .rejected(reason: reason, violations: n, disconnect: n >= settings.maxViolations)
+        return .rejected(reason: reason, violations: n, disconnect: n >= settings.maxViolations, code: code)
     }
 
     private mutating func join(_ id: Int, body: UnsafeRawBufferPointer, frame: UnsafeRawBufferPointer, sink: some FrameSink) -> RelayEvent {
@@ -250,9 +301,19 @@ public struct Relay {
             if settings.validate { return violation(id, "join: \(error)") }
             info = nil
         }
-        var target = settings.defaultRoom
-        if let room = info?.room, !room.isEmpty { target = room }
+        var target = RoomName(settings.defaultRoom)
+        if let room = info?.room, !room.isEmpty {
+            // Refused before anything changes: the sender stays in its room,
+            // with its identity (a room name costs memory in the index and
+            // in every log line that names it).
+            guard room.utf8.count <= settings.maxRoomBytes else {
+                return violation(id, "join: room is \(room.utf8.count) bytes, over protocol.max_room_bytes "
+                                 + "(\(settings.maxRoomBytes)): '\(clipForLog(room, maxBytes: 32))'", .roomTooLong)
+            }
+            target = RoomName(room)
+        }
         let current = sessions[id].room
+        // Byte for byte: NFC and NFD spellings of a name are two rooms (§3).
         if current < 0 || rooms[current].name != target {
             // A joined client moving rooms says goodbye to the old one (§4).
             if let identity = sessions[id].identity, let old = exit(id) {
@@ -265,7 +326,7 @@ public struct Relay {
         sessions[id].identity = Array(body)
         sessions[id].name = info?.name ?? ""
         let r = sessions[id].room
-        return .joined(name: sessions[id].name, room: target, recipients: broadcast(frame, room: r, from: id, sink: sink))
+        return .joined(name: sessions[id].name, room: target.string, recipients: broadcast(frame, room: r, from: id, sink: sink))
     }
 
     private func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
@@ -280,7 +341,7 @@ public struct Relay {
         return frame.withUnsafeBytes { broadcast($0, room: r, from: id, sink: sink) }
     }
 
-    private mutating func enter(_ id: Int, room name: String) {
+    private mutating func enter(_ id: Int, room name: RoomName) {
         let r: Int
         if let existing = roomIndex[name] {
             r = existing
@@ -325,6 +386,7 @@ extension RelaySettings {
     public init(_ config: Config) {
         self.init(byteOrder: config.protocol.byteOrder, joinType: config.protocol.joinType, leaveType: config.protocol.leaveType,
                   heartbeatType: config.protocol.heartbeatType, echo: config.protocol.echo, validate: config.protocol.validate,
-                  maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom)
+                  maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom,
+                  maxRoomBytes: config.protocol.maxRoomBytes)
     }
 }

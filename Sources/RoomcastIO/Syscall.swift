@@ -80,12 +80,11 @@ package enum Sys {
         }
     }
 
-    /// read(2) into `buffer`; 0 bytes is `.endOfFile`.
+    /// `call` for a transfer (read, send): its errno becomes `.failed`.
     @inline(__always)
-    package static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> IOResult {
+    private static func transfer(_ name: StaticString, _ body: () -> Int) -> IOResult {
         do {
-            switch try call("read", { Glibc.read(fd, buffer, count) }) {
-            case .done(0): return .endOfFile
+            switch try call("\(name)", body) {
             case .done(let n): return .done(n)
             case .wouldBlock: return .wouldBlock
             }
@@ -94,17 +93,17 @@ package enum Sys {
         }
     }
 
+    /// read(2) into `buffer`; 0 bytes is `.endOfFile`.
+    @inline(__always)
+    package static func read(_ fd: Int32, _ buffer: UnsafeMutableRawPointer, _ count: Int) -> IOResult {
+        let r = transfer("read") { Glibc.read(fd, buffer, count) }
+        return r == .done(0) ? .endOfFile : r
+    }
+
     /// send(2) with MSG_NOSIGNAL: a vanished peer gives EPIPE, never SIGPIPE.
     @inline(__always)
     package static func send(_ fd: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> IOResult {
-        do {
-            switch try call("send", { Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL)) }) {
-            case .done(let n): return .done(n)
-            case .wouldBlock: return .wouldBlock
-            }
-        } catch {
-            return .failed(error.errno)
-        }
+        transfer("send") { Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL)) }
     }
 
     /// One sendmsg(2) of `first` then `second` (a gather write; either may be
@@ -119,14 +118,7 @@ package enum Sys {
             var message = msghdr()
             message.msg_iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
             message.msg_iovlen = 2
-            do throws(SystemError) {
-                switch try call("sendmsg", { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }) {
-                case .done(let n): return .done(n)
-                case .wouldBlock: return .wouldBlock
-                }
-            } catch {
-                return .failed(error.errno)
-            }
+            return transfer("sendmsg") { Glibc.sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
         }
     }
 

@@ -161,7 +161,7 @@ extension Server {
         var r = HandOverState.Record(key: UInt64(id))
         r.dialect = c.dialect == .json ? .json : .ltb
         r.peerAddress = c.address
-        r.room = relay.room(of: id)
+        r.room = relay.roomName(of: id)
         r.identity = relay.identity(of: id)
         r.nickname = c.nickname
         r.input = c.input

@@ -168,7 +168,7 @@ extension Server {
             exceeded = "limits.bytes_per_second (\(formatSize(config.limits.bytesPerSecond)))"
         }
         guard let exceeded else { return true }
-        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)"), type: type, code: "rate_limit", now: now)
+        handleRejected(id, relay.reject(id, reason: "rate limit: over \(exceeded)", code: .rateLimit), type: type, now: now)
         return false
     }
 
@@ -193,9 +193,10 @@ extension Server {
     }
 
     /// Logs a dropped frame and closes its sender at `max_violations`.
-    /// `type` is nil for JSON bodies; `code` is the log's REASON.
-    func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, code: String = "bad_frame", now: UInt64) {
-        guard case .rejected(let reason, let violations, let disconnect) = event else { return }
+    /// `type` is nil for JSON bodies; the event's code is the log's REASON.
+    func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, now: UInt64) {
+        guard case .rejected(let reason, let violations, let disconnect, let kind) = event else { return }
+        let code = kind.rawValue
         let address = table.address(of: id)
         let max = config.protocol.maxViolations
         let what = (code == "bad_frame" ? "bad " : "") + (type.map { "frame of type \($0)" } ?? "JSON frame")
@@ -211,8 +212,10 @@ extension Server {
         let address = table.address(of: id)
         switch event {
         case .joined(let name, let room, let n):
+            let (name, room) = (clipForLog(name), clipForLog(room))
             logger.debug("\(name) joined \(room) (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room, "USER_NAME": name])
         case .left(let room, let n):
+            let room = room.map { clipForLog($0) }
             logger.debug("client left \(room ?? "no room") (\(n) recipients)", ["CLIENT_ADDR": address, "ROOM": room ?? ""])
         default:
             break

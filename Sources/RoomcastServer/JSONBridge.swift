@@ -153,7 +153,7 @@ extension Server {
             type = s.leaveType
             frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
         case .success(.unknown(let cmd)):
-            logger.debug("ignoring unknown JSON command '\(cmd)'", ["CLIENT_ADDR": table.address(of: id)])
+            logger.debug("ignoring unknown JSON command '\(clipForLog(cmd))'", ["CLIENT_ADDR": table.address(of: id)])
             return
         }
         let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table.fanout) }
@@ -185,7 +185,7 @@ extension Server {
         } else {
             return true
         }
-        handleRejected(id, relay.reject(id, reason: "json: " + problem), type: nil, code: "frame_too_large", now: now)
+        handleRejected(id, relay.reject(id, reason: "json: " + problem, code: .frameTooLarge), type: nil, now: now)
         return false
     }
 }

@@ -4,7 +4,7 @@ import RoomcastIO
 /// journald's native protocol (systemd's docs/JOURNAL_NATIVE_PROTOCOL.md),
 /// written by hand because libsystemd's `sd_journal_sendv` sends in
 /// blocking mode: a journald that does not read its socket would stop the
-/// event loop (issue 11).
+/// event loop .
 ///
 /// A record is one datagram; each field is `NAME=value\n`, or, for a value
 /// containing a newline, `NAME\n`, the value's length as a little-endian

@@ -150,7 +150,7 @@ extension Server {
         let serial = live.slots[id].serial
         live.toBox.append((serial, c.fd))
         logLive(LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address))
-        logLive(LiveLog.room(serial, room: relay.room(of: id), identity: nil))  // the default room (docs/protocol.md §4)
+        logLive(LiveLog.room(serial, room: relay.roomName(of: id), identity: nil))  // the default room (docs/protocol.md §4)
     }
 
     /// `Server.release`, before the descriptor is closed: shutdown(2), since
@@ -202,7 +202,7 @@ extension Server {
     func liveEndOfIteration() {
         guard let live else { return }
         for id in relay.takeChanged() where live.slot(id).serial != 0 && table.slots[id] != nil {
-            logLive(LiveLog.room(live.slots[id].serial, room: relay.room(of: id), identity: relay.identity(of: id)))
+            logLive(LiveLog.room(live.slots[id].serial, room: relay.roomName(of: id), identity: relay.identity(of: id)))
         }
         if !live.toBox.isEmpty {
             if let box = live.box {
@@ -257,7 +257,7 @@ extension Server {
             let serial = live.slot(id).serial
             guard serial != 0, let c = table.slots[id] else { continue }
             snapshot += LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address)
-            snapshot += LiveLog.room(serial, room: relay.room(of: id), identity: relay.identity(of: id))
+            snapshot += LiveLog.room(serial, room: relay.roomName(of: id), identity: relay.identity(of: id))
             if !c.input.isEmpty { snapshot += LiveLog.input(serial, c.input) }
             live.slots[id].loggedInput = !c.input.isEmpty
             let torn = table.fanout.outboxes[id].torn

@@ -44,7 +44,7 @@ public enum LogSink: Equatable, Sendable {
 /// fields (`CLIENT_ADDR`, `ROOM`, `REASON`, ...). Field names should be
 /// valid journal field names (A-Z, 0-9, _; others are made valid before
 /// journald would drop them, `JournalEncoding.fieldName`). Writing never
-/// waits (issue 11): see `JournalSocket` and `StderrOutput`.
+/// waits : see `JournalSocket` and `StderrOutput`.
 /// Single-threaded, like everything driven by the event loop.
 public final class Logger {
     /// Records below this level are discarded.
@@ -119,7 +119,7 @@ public final class Logger {
         let n = output.dropped
         output.dropped = 0
         output.write(Array(line(.warning, "stderr was not read: " + (n == 1 ? "1 log line dropped" : "\(n) log lines dropped"),
-                                ["DROPPED": String(n)], reason: "stderr_dropped").utf8))
+                                [("DROPPED", String(n))], reason: "stderr_dropped").utf8))
     }
 
     @inline(__always)
@@ -179,7 +179,14 @@ public final class Logger {
              ["REASON": reason])
     }
 
+    /// Longest message or field value written, in bytes: the last line of
+    /// defence against peer-supplied text the call site did not shorten to
+    /// `logClipBytes` with `clipForLog` (longer ones are cut the same way).
+    public static let maxValueBytes = 4096
+
     private func emit(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String? = nil) {
+        let message = clipForLog(message, maxBytes: Self.maxValueBytes)
+        let fields = fields.map { ($0.key, clipForLog($0.value, maxBytes: Self.maxValueBytes)) }
         switch sink {
         case .journal:
             var entries = [(name: "MESSAGE", value: message), ("PRIORITY", String(level.syslogPriority)), ("SYSLOG_IDENTIFIER", identifier)]
@@ -196,7 +203,7 @@ public final class Logger {
     /// A record as one `.stderr` line, newline included: text from peers
     /// (room and user names) is escaped, so a client cannot forge log lines
     /// (journald keeps the fields binary-safe instead).
-    private func line(_ level: LogLevel, _ message: String, _ fields: KeyValuePairs<String, String>, reason: String?) -> String {
+    private func line(_ level: LogLevel, _ message: String, _ fields: [(String, String)], reason: String?) -> String {
         guard case .stderr(let prefix) = sink else { return "" }
         var line = prefix ? "<\(level.syslogPriority)>" : Self.timestamp() + " " + level.rawValue.uppercased() + " "
         line += Self.escaped(message)

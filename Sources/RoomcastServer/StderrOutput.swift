@@ -4,7 +4,7 @@ import RoomcastIO
 /// The `.stderr` sink's writer, which never makes the event loop wait: a
 /// pipe or terminal nobody reads (a paused pager, a stopped `| less`) or a
 /// journald stream it does not keep up with would otherwise block write(2)
-/// and freeze every room (issue 11).
+/// and freeze every room .
 ///
 /// How it avoids waiting depends on what the descriptor is (measured on
 /// Linux 6.x):

@@ -6,7 +6,7 @@ import RoomcastIO
 /// The daemon's side of the service manager's interfaces (sd-daemon(3)):
 /// readiness and status notifications, the watchdog, socket activation.
 /// Read once at start-up, before anything could start a thread
-/// (notes/systemd.md §1: the environment is not thread-safe).
+/// (getenv(3) is not thread-safe, and nothing else runs yet).
 public struct Systemd {
     /// Sends `state` (newline-separated `KEY=VALUE`, sd_notify(3)) to
     /// `$NOTIFY_SOCKET`; a no-op when not run by systemd. Never blocks: when

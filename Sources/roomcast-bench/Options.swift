@@ -1,7 +1,7 @@
 @preconcurrency import Glibc
 
 // Command line of roomcast-bench (GNU style: `--opt VALUE` or `--opt=VALUE`).
-// A `--mode` picks the defaults of one workload of issue 5; any option given
+// A `--mode` picks the defaults of one workload of BENCHMARKS.md; any option given
 // explicitly overrides them, whatever its position.
 
 enum Target: String { case roomcast, redis }
@@ -79,7 +79,7 @@ struct Options {
 
         Workload:
           --mode M              custom (default), fanout, latency, large, idle, storm:
-                                sets the defaults below for that workload of issue 5
+                                sets the defaults below for that workload of BENCHMARKS.md
           --members N           receiving members of the room (default 100)
           --publishers P        publishers, also in the room (default 1)
           --size B              body bytes of a data frame (default 64; >= 20 opaque, >= 64 text)

@@ -94,7 +94,7 @@ struct Wire {
         }
     }
 
-    /// Seed 000's heartbeat (type 8, its UTF-8 text), or a Redis PING.
+    /// The original clients' heartbeat (type 8, its UTF-8 text), or a Redis PING.
     func heartbeat() -> [UInt8] {
         switch target {
         case .roomcast: FrameCodec.encode(type: Self.heartbeatType, body: Array("this is a heartBeat message ".utf8), byteOrder: .little)

@@ -1,4 +1,4 @@
-// roomcast-soak: a bounded chaos soak of roomcastd on loopback (issue 4).
+// roomcast-soak: a bounded chaos soak of roomcastd on loopback (the hostile-input checks).
 //
 // Starts the roomcastd built next to it, then drives ~2,000 clients from one
 // epoll thread into one room: healthy readers (some of them chatters), slow

@@ -61,6 +61,7 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
                 }
             } catch {
                 failure = "rejected: \(error)"
+                if case ClientError.bodyTooLarge = error { failure! += " (--max-frame-bytes raises it, up to the daemon's max_frame_bytes)" }
                 client.close()
             }
         case .disconnected(let error) where !echoed && failure == nil:

@@ -23,6 +23,8 @@ struct Invocation {
     var server = ServerAddress.default
     var byteOrder = ByteOrder.little
     var heartbeatMs: UInt64 = 10_000
+    /// `--max-frame-bytes`: largest body sent or accepted (the daemon's `max_frame_bytes`).
+    var maxFrameBytes = ClientConfiguration().maxFrameBytes
     var name: String?
     var room: String?
     var level: Int32 = 0
@@ -41,6 +43,7 @@ struct Invocation {
         var configuration = ClientConfiguration(server: server)
         configuration.byteOrder = byteOrder
         configuration.heartbeatIntervalMs = heartbeatMs
+        configuration.maxFrameBytes = maxFrameBytes
         return configuration
     }
 
@@ -66,6 +69,9 @@ private struct OptionSpec {
 
 private let optByteOrder: Int32 = 256
 private let optHeartbeat: Int32 = 257
+private let optMaxFrameBytes: Int32 = 258
+/// The range of `--max-frame-bytes`: the daemon's `max_frame_bytes` (1 ... 1G).
+let maxFrameBytesRange = 1...(1 << 30)
 
 private func letter(_ c: Character) -> Int32 { Int32(c.asciiValue!) }
 
@@ -73,6 +79,7 @@ private let commonOptions = [
     OptionSpec(name: "server", hasArgument: true, value: letter("s")),
     OptionSpec(name: "byte-order", hasArgument: true, value: optByteOrder),
     OptionSpec(name: "heartbeat", hasArgument: true, value: optHeartbeat),
+    OptionSpec(name: "max-frame-bytes", hasArgument: true, value: optMaxFrameBytes),
     OptionSpec(name: "help", hasArgument: false, value: letter("h")),
     OptionSpec(name: "version", hasArgument: false, value: letter("V")),
 ]
@@ -175,6 +182,15 @@ func parseCommandLine(_ arguments: [String]) -> Result<Invocation, UsageError> {
         case optHeartbeat:
             guard let ms = parseDuration(v) else { return fail("option '--heartbeat': '\(v)' is not a duration like 10s or 500ms (0: none)") }
             invocation.heartbeatMs = ms
+        case optMaxFrameBytes:
+            // The size syntax of the daemon's config (Units.swift): 512, 64K, 4M, 1G.
+            guard let bytes = parseSize(v) else {
+                return fail("option '--max-frame-bytes': '\(v)' is not a size (bytes, optionally with K, M or G = 1024-based, e.g. 256K)")
+            }
+            guard maxFrameBytesRange.contains(bytes) else {
+                return fail("option '--max-frame-bytes': '\(v)' is out of range (1 .. 1G)")
+            }
+            invocation.maxFrameBytes = bytes
         case letter("t"):
             guard let ms = parseDuration(v), ms > 0 else { return fail("option '--timeout': '\(v)' is not a positive duration like 5s or 500ms") }
             invocation.timeoutMs = ms
@@ -246,6 +262,9 @@ private let commonHelp = """
       -s, --server HOST:PORT   the daemon (default 127.0.0.1:9898; IPv6: [::1]:9898)
           --byte-order ORDER   frame header byte order, little (default) or big
           --heartbeat DURATION heartbeat interval (default 10s; 0: none)
+          --max-frame-bytes SIZE
+                               largest frame body sent or accepted, as the daemon's
+                               max_frame_bytes: 512, 64K, 4M, ... up to 1G (default 64K)
       -h, --help               print this help and exit
       -V, --version            print the version and exit
     """

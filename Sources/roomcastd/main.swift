@@ -1,12 +1,18 @@
 // roomcastd: the chat-room relay daemon. See README.md.
+import CEarlySignals
 import CShim
 @preconcurrency import Glibc
 import RoomcastCore
 import RoomcastServer
 
-// Block the signals we handle before anything can start a thread, and take
-// them through a signalfd in the event loop (notes/swift-linux.md §2).
-// SIGPIPE never kills the process: sends use MSG_NOSIGNAL, and it is ignored.
+// SIGTERM, SIGINT, SIGHUP and SIGUSR2 are already blocked: CEarlySignals did it from
+// an ELF initializer, before the Swift runtime started (their default action
+// would kill a daemon signalled while starting). Asking for that mask keeps
+// its object linked; block them here too (a no-op then), before anything can
+// start a thread, and take them through a signalfd in the event loop
+// (signalfd(2)). SIGPIPE never kills the process: sends use
+// MSG_NOSIGNAL, and it is ignored.
+let earlyBlocked = roomcastd_early_blocked_signals()
 let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, StopHook.restartSignal, 0])
 signal(SIGPIPE, SIG_IGN)
 
@@ -30,6 +36,11 @@ func fail(_ message: String, status: Int32) -> Never {
 }
 
 guard signalFD >= 0 else { fail("signalfd: \(String(cString: strerror(errno)))", status: 1) }
+if [SIGTERM, SIGINT, SIGHUP, StopHook.restartSignal].contains(where: { earlyBlocked & (1 << UInt64($0 - 1)) == 0 }) {
+    // Not fatal (they are blocked now), but a build that lost the initializer
+    // can be killed by a signal in its first milliseconds again.
+    fputs("roomcastd: warning: the early signal mask was not set (CEarlySignals' initializer did not run)\n", stderr)
+}
 
 let invocation: CommandLineOptions
 switch CommandLineOptions.parse(Array(CommandLine.arguments.dropFirst())) {
@@ -49,7 +60,8 @@ if let mainPID = invocation.stopHookPID {
     exit(StopHook.run(mainPID: mainPID))
 }
 
-// systemd's environment is read once, before anything else (notes/systemd.md §7).
+// systemd's environment is read once, before anything else (sd_listen_fds(3)
+// unsets LISTEN_*; getenv(3) is not thread-safe).
 let systemd = Systemd.fromEnvironment()
 
 var config: Config

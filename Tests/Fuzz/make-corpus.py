@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the libFuzzer targets (Tests/Fuzz/corpus/<target>/):
-real frames and bodies as seed 000's clients send them, the hostile inputs of
-issue 4, and config files. Re-run after changing it; the output is committed."""
+real frames and bodies as the original clients send them, the hostile inputs
+of the hostile-input tests, and config files. Re-run after changing it; the output is committed."""
 import os, shutil, struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))

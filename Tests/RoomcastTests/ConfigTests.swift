@@ -180,7 +180,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 28)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 29)
     }
 
     /// The operator's documentation names every key: the README's table and
@@ -213,6 +213,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             echo = off
             validate = False
             max_violations = 10
+            max_room_bytes = 1K
             [heartbeat]
             timeout = 1min 30s
             tick = 250ms
@@ -240,7 +241,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             server: .init(listen: [ListenAddress(host: "127.0.0.1", port: 0, isIPv6: false)],
                           maxClients: 5, defaultRoom: "hall # not a comment", maxClientsPerIP: 7),
             protocol: .init(byteOrder: .big, maxFrameBytes: 1 << 20, joinType: 3, leaveType: 4,
-                            heartbeatType: 1, echo: false, validate: false, maxViolations: 10),
+                            heartbeatType: 1, echo: false, validate: false, maxViolations: 10, maxRoomBytes: 1024),
             heartbeat: .init(timeoutMs: 90_000, tickMs: 250),
             limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20,
                           framesPerSecond: 50, framesBurst: 100, bytesPerSecond: 1 << 20, bytesBurst: 2 << 20),
@@ -343,6 +344,11 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[protocol]\nvalidate = 2", 2, "is not a boolean"),
         ("[protocol]\nmax_violations = 99999999999999999999", 2, "out of range (1 ..)"),
         ("[protocol]\nmax_violations = 0", 2, "protocol.max_violations: '0' is out of range (1 ..)"),
+        ("[protocol]\nmax_room_bytes = 0", 2, "protocol.max_room_bytes: '0' is out of range (1 .. 64K)"),
+        ("[protocol]\n\nmax_room_bytes = 65537", 3, "protocol.max_room_bytes: '65537' is out of range (1 .. 64K)"),
+        ("[protocol]\nmax_room_bytes = 1M", 2, "out of range (1 .. 64K)"),
+        ("[protocol]\nmax_room_bytes = many", 2, "protocol.max_room_bytes: 'many' is not a size"),
+        ("[protocol]\nmax_room_bytes = -5", 2, "is not a size"),
         ("[heartbeat]\ntimeout = 30x", 2, "heartbeat.timeout: '30x' is not a duration (e.g. 100ms, 30s, 5min"),
         ("[heartbeat]\ntimeout = 25h", 2, "out of range (0 .. 24h)"),
         ("[heartbeat]\ntimeout = 99999999999999999999h", 2, "heartbeat.timeout: '99999999999999999999h' is too large"),
@@ -377,6 +383,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[limits]\nbytes_per_second = 1K", 2, "it must hold one frame of max_frame_bytes (65542 with its header)"),
         ("[limits]\nbytes_per_second = 1M\nbytes_burst = 64K", 3, "limits.bytes_burst (or bytes_per_second when the burst is 0) is 64K"),
         ("[limits]\nframes_per_second = -1", 2, "is not a non-negative integer"),
+        ("[server]\ndefault_room = lobby-of-11\n[protocol]\nmax_room_bytes = 10", 4,
+         "server.default_room is 11 bytes, over protocol.max_room_bytes (10): a join naming the default room would be refused"),
+        ("[protocol]\nmax_room_bytes = 4\n", 2, "server.default_room is 5 bytes"),
         ("[server]\nmax_clients_per_ip = 2000000", 2, "out of range"),
         // the first error wins
         ("[log]\nlevel = loud\nlevel = quiet", 2, "'loud'"),
@@ -387,6 +396,16 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(e.reason.contains(reason), "\(e)")
         #expect(e.file == "t.conf")
         #expect(e.description.hasPrefix("t.conf:\(line): "))
+    }
+
+    @Test("max_room_bytes: 255 by default, 1 ... 64K in the size syntax, counted in bytes of UTF-8 against default_room")
+    func maxRoomBytes() throws {
+        #expect(Config.defaults.protocol.maxRoomBytes == 255)
+        #expect(try Config.parse("[protocol]\nmax_room_bytes = 64K", file: "t").protocol.maxRoomBytes == 65_536)
+        #expect(try Config.parse("[protocol]\nmax_room_bytes = 1\n[server]\ndefault_room = x", file: "t").protocol.maxRoomBytes == 1)
+        // "café" in NFC is 5 bytes: it fits in 5, not in 4.
+        #expect(try Config.parse("[protocol]\nmax_room_bytes = 5\n[server]\ndefault_room = caf\u{E9}", file: "t").server.defaultRoom == "caf\u{E9}")
+        #expect(parseError("[protocol]\nmax_room_bytes = 4\n[server]\ndefault_room = caf\u{E9}")?.line == 4)
     }
 
     @Test func edgeValuesAccepted() throws {

@@ -78,6 +78,12 @@ struct HandOverStateTests {
         #expect(back.connections[0].identity == [] && back.connections[0].room == "")
     }
 
+    @Test func roomNamesAreBytes() throws {
+        var r = HandOverState.Record(key: 1)
+        r.room = RoomName(bytes: [0xFF, 0x00, 0x80, 0x61])  // not UTF-8: room names are byte strings
+        #expect(try HandOverState.decode(HandOverState(connections: [r]).encode()).connections[0].room == r.room)
+    }
+
     @Test func largeFieldsRoundTrip() throws {
         var r = HandOverState.Record(key: 1)
         r.output = (0..<1_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
@@ -90,7 +96,7 @@ struct HandOverStateTests {
         var s = HandOverState(stoppedReadingMs: 5, writer: "x")
         for i in 0..<1_000 {
             var r = HandOverState.Record(key: UInt64(i))
-            r.room = "room-\(i % 10)"
+            r.room = RoomName("room-\(i % 10)")
             r.identity = Array("user-\(i)".utf8)
             r.heartbeatRemainingMs = UInt32(i)
             s.connections.append(r)

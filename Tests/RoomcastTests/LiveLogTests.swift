@@ -40,6 +40,12 @@ struct LiveLogTests {
         #expect(bytes.withUnsafeBytes { LiveLog.generation($0) } == 7)
     }
 
+    @Test func roomNamesAreBytes() throws {
+        let room = RoomName(bytes: [0xC3, 0x28, 0x00])
+        let live = try Self.replay(Self.log([LiveLog.open(1, dialect: .ltb, address: "a"), LiveLog.room(1, room: room, identity: nil)]))
+        #expect(live[1]?.room == room)
+    }
+
     @Test func onlyCommittedRecordsCount() throws {
         let records = [LiveLog.open(1, dialect: .ltb, address: "a"), LiveLog.room(1, room: "r", identity: [1])]
         // A record copied but not committed (the process died in between) is ignored.

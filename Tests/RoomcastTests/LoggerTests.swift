@@ -4,6 +4,7 @@
 import Glibc
 import RoomcastIO
 @testable import RoomcastServer
+import RoomcastCore
 import Testing
 
 @Suite("Logger: peer warnings are rate-limited and the rest counted")
@@ -67,6 +68,55 @@ struct LoggerTests {
         c.logger.level = .error
         c.logger.flushSuppressed(nowMs: 2_000, final: true)
         #expect(c.lines().isEmpty)
+    }
+
+    @Test("peer text is clipped: a 10,000-byte message and field make a bounded line that states their length")
+    func longValuesAreClipped() {
+        let c = Capture(rateWindowMs: 1_000)
+        let huge = String(repeating: "r", count: 10_000)
+        c.logger.info("joined \(huge)", ["ROOM": huge, "CLIENT_ADDR": "1.2.3.4:5"])
+        let lines = c.lines()
+        #expect(lines.count == 1)
+        let line = lines.first ?? ""
+        #expect(line.utf8.count < 2 * Logger.maxValueBytes + 200, "\(line.utf8.count) bytes")
+        #expect(line.contains("…(10007 bytes) ROOM=") && line.contains("…(10000 bytes)\" CLIENT_ADDR=1.2.3.4:5"), "\(line.suffix(120))")
+        // Short values are untouched.
+        c.logger.info("hello", ["ROOM": "lobby"])
+        #expect(c.lines().first?.hasSuffix(" INFO hello ROOM=lobby") == true)
+    }
+}
+
+/// `clipForLog`: peer-supplied strings cut for log lines at a UTF-8 boundary,
+/// with the original length.
+@Suite struct ClipForLogTests {
+    @Test func shortTextIsUnchanged() {
+        #expect(clipForLog("lobby") == "lobby")
+        let exactly = String(repeating: "x", count: logClipBytes)
+        #expect(clipForLog(exactly) == exactly)
+        #expect(clipForLog("") == "")
+    }
+
+    @Test func longTextIsCutAndItsLengthStated() {
+        let clipped = clipForLog(String(repeating: "x", count: 60_000))
+        #expect(clipped == String(repeating: "x", count: 256) + "…(60000 bytes)")
+        #expect(clipForLog("abcdef", maxBytes: 3) == "abc…(6 bytes)")
+        #expect(clipForLog("abc", maxBytes: 0) == "…(3 bytes)")
+    }
+
+    @Test("cut at a character boundary, never inside a multi-byte UTF-8 sequence", arguments: [
+        ("é", 2), ("€", 3), ("😀", 4), ("e\u{301}", 3),
+    ] as [(String, Int)])
+    func cutAtScalarBoundaries(unit: String, width: Int) {
+        #expect(unit.utf8.count == width)
+        let text = String(repeating: unit, count: 200)
+        for limit in [255, 256, 257, 5, 1] {
+            let clipped = clipForLog(text, maxBytes: limit)
+            let kept = clipped.prefix { $0 != "…" }
+            #expect(kept.utf8.count <= limit && limit - kept.utf8.count < 4, "limit \(limit): kept \(kept.utf8.count) bytes")
+            #expect(text.utf8.starts(with: kept.utf8), "a prefix of the original bytes")
+            #expect(!kept.unicodeScalars.contains("\u{FFFD}"), "no broken sequence")
+            #expect(clipped.hasSuffix("…(\(200 * width) bytes)"))
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-// Notifications to a PID 1 that is not reading (issue 11): never blocking,
+// Notifications to a PID 1 that is not reading : never blocking,
 // merged while they wait, nothing that matters lost or reordered.
 import Glibc
 import RoomcastIO

@@ -101,22 +101,24 @@ struct ServerClockTests {
         #expect(rig.server.status.evictions == 1)
     }
 
-    /// B never reads: what the room sends piles up in the daemon.
-    static func fillOutput(_ rig: Rig, from a: (id: Int, peer: Int32), frames: Int) throws {
+    /// A sender A and a client B that never reads (a small send buffer):
+    /// what A sends piles up for B in the daemon.
+    static func senderAndStalledReader(_ rig: Rig) throws -> (a: (id: Int, peer: Int32), b: (id: Int, peer: Int32)) {
+        let a = rig.connect()
+        let b = rig.connect(sendBuffer: 4096)
         let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 7, count: 1000), byteOrder: .little)
-        for _ in 0..<frames {
+        for _ in 0..<100 {
             Self.send(a.peer, frame)
             try rig.tick()
             _ = Self.drain(a.peer)  // A reads its echoes
         }
+        return (a, b)
     }
 
     @Test("a client above output_soft_bytes is cut off after output_soft_seconds on the clock; the sender stays")
     func softLimitCutOffFollowsTheClock() throws {
         let rig = try Rig("[limits]\noutput_soft_bytes = 16K\noutput_soft_seconds = 2s\n")
-        let a = rig.connect()
-        let b = rig.connect(sendBuffer: 4096)
-        try Self.fillOutput(rig, from: a, frames: 100)
+        let (a, b) = try Self.senderAndStalledReader(rig)
         #expect(rig.server.table.fanout.outboxes[b.id].pending > 16 * 1024, "B's backlog is in the daemon, above the soft limit")
         try rig.advance(1_900)
         #expect(rig.isConnected(b.id), "1.9 s above the soft limit: still connected")
@@ -128,9 +130,7 @@ struct ServerClockTests {
     @Test("on stop, a client that does not read is drained until the deadline, then the loop ends")
     func stopDeadlineFollowsTheClock() throws {
         let rig = try Rig("")
-        let a = rig.connect()
-        let b = rig.connect(sendBuffer: 4096)
-        try Self.fillOutput(rig, from: a, frames: 100)
+        let (a, b) = try Self.senderAndStalledReader(rig)
         rig.server.beginStop(signal: SIGTERM)
         #expect(try rig.tick(), "B still owes output: the loop goes on")
         #expect(!rig.isConnected(a.id), "A owed nothing and is closed at once")

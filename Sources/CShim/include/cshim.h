@@ -1,6 +1,7 @@
-// C declarations Glibc's Swift overlay does not expose (notes/swift-linux.md §2).
+// C declarations Glibc's Swift overlay does not expose.
 // _GNU_SOURCE is deliberately NOT defined here: it breaks debug builds
-// (notes/systemd.md §7); GNU-only calls are wrapped in cshim.c instead.
+// (accept4 then takes a transparent union Swift cannot pass); GNU-only
+// calls are wrapped in cshim.c instead.
 #ifndef ROOMCAST_CSHIM_H
 #define ROOMCAST_CSHIM_H
 

@@ -1,6 +1,6 @@
 // libFuzzer target: the config parser never crashes on any text, and every
 // error it reports with a line names a line that exists (1 ... line count).
-// Build and run: `make fuzz` (notes/swift-linux.md §7).
+// Build and run: `make fuzz`.
 import RoomcastCore
 
 @_cdecl("LLVMFuzzerTestOneInput")

@@ -2,7 +2,7 @@
 // from the input must give exactly what decoding the whole stream at once
 // gives (frames, then the same error or the same leftover), and the frames
 // re-encoded must be the stream's prefix. Input: [flags, limit, seed, seed] + stream.
-// Build and run: `make fuzz` (notes/swift-linux.md §7).
+// Build and run: `make fuzz`.
 import RoomcastCore
 
 @_cdecl("LLVMFuzzerTestOneInput")

@@ -2,7 +2,7 @@
 // the relay runs on every frame) and the decoding init must agree, with the
 // same error; whatever decodes must survive decode -> serialize -> decode
 // unchanged and serialize to the same bytes again.
-// Build and run: `make fuzz` (notes/swift-linux.md §7).
+// Build and run: `make fuzz`.
 import RoomcastCore
 
 @_cdecl("LLVMFuzzerTestOneInput")

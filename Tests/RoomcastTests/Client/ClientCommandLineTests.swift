@@ -91,6 +91,10 @@ private func jsonObjects(_ text: String) throws -> [[String: Any]] {
         (["listen", "--server", "localhost"], "option '--server': 'localhost' is not HOST:PORT"),
         (["chat", "--name", "a", "--byte-order", "middle"], "option '--byte-order': 'middle'"),
         (["chat", "--name", "a", "--heartbeat", "often"], "option '--heartbeat': 'often'"),
+        (["chat", "--name", "a", "--max-frame-bytes", "64KB"], "option '--max-frame-bytes': '64KB' is not a size"),
+        (["listen", "--max-frame-bytes", "0"], "option '--max-frame-bytes': '0' is out of range (1 .. 1G)"),
+        (["send", "--name", "a", "--max-frame-bytes", "2G", "text", "x"], "option '--max-frame-bytes': '2G' is out of range"),
+        (["listen", "--max-frame-bytes"], "option '--max-frame-bytes' requires an argument"),
         (["chat", "--name", "a", "extra"], "unexpected argument 'extra'"),
         (["--server", "127.0.0.1:1", "chat"], "option '--server' must follow a subcommand"),
         (["shout"], "unknown subcommand 'shout'"),
@@ -110,9 +114,40 @@ private func jsonObjects(_ text: String) throws -> [[String: Any]] {
         for command in ["chat", "send", "listen"] {
             let result = try roomcast([command, "--help"])
             #expect(result.status == 0 && result.stdout.hasPrefix("Usage: roomcast \(command)") && result.stdout.contains("--server"))
+            #expect(result.stdout.contains("--max-frame-bytes SIZE") && result.stdout.contains("(default 64K)"), "\(command) --help")
         }
         let version = try roomcast(["send", "--version"])
         #expect(version.status == 0 && version.stdout == "roomcast 0.1.0\n")
+    }
+
+    @Test("--max-frame-bytes SIZE (the daemon's size syntax) lets send and listen carry frames over 64 KiB")
+    func maxFrameBytesAboveTheDefault() throws {
+        let daemon = try TestDaemon(config: "[protocol]\nmax_frame_bytes = 256K\n")
+        let message = String(repeating: "m", count: 100_000)  // one argv string stays under 128 KiB
+        // With the default 64K the client refuses to send it, naming the option.
+        let refused = try roomcast(["send", "--server", daemon.address, "--name", "a", "text", message])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.hasPrefix("roomcast: rejected: message of 100"), "\(refused.stderr.prefix(300))")
+        #expect(refused.stderr.contains("over the 65536-byte frame limit (--max-frame-bytes raises it"), "\(refused.stderr.prefix(300))")
+
+        let listen = try RoomcastCommand(["listen", "--server", daemon.address, "--room", "big", "--json", "--count", "3",
+                                          "--max-frame-bytes", "256K"])
+        try #require(listen.waitForStderr("listening in big as listener"), "\(listen.stderr)")
+        // A default listener in the same room is cut off by the frame it cannot take.
+        let small = try RoomcastCommand(["listen", "--server", daemon.address, "--room", "big", "--name", "small"])
+        try #require(small.waitForStderr("listening in big as small"), "\(small.stderr)")
+        let sent = try roomcast(["send", "--server", daemon.address, "--name", "a", "--room", "big",
+                                 "--max-frame-bytes", "256K", "text", message])
+        #expect(sent.status == 0, "\(sent.stderr.prefix(300))")
+        let result = try listen.finish()
+        #expect(result.status == 0, "\(result.stderr)")
+        let events = try jsonObjects(result.stdout)
+        #expect(events.map { $0["type"] as? String } == ["join", "join", "text"], "small's join, a's join, a's text")
+        #expect((events.last?["text"] as? String)?.utf8.count == 100_000)
+        #expect(small.waitForStderr("the daemon sent a frame of"), "\(small.stderr)")
+        #expect(small.stderr.contains("(limit 65536;"), "\(small.stderr)")
+        kill(small.process.processIdentifier, SIGINT)
+        _ = try small.finish()
     }
 
     @Test func unreachableDaemonFailsWithOneLine() throws {

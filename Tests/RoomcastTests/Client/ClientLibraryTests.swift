@@ -35,7 +35,7 @@ private func user(_ name: String, room: String? = "stage") -> UserInfo {
         try #require(try loop.run(timeoutMs: 5_000) {
             [text, gift, opaque].allSatisfy { bob.events.contains($0) && alice.events.contains($0) }
         })
-        // Frames from one sender arrive in the order sent (PROTOCOL.md §4).
+        // Frames from one sender arrive in the order sent (docs/protocol.md §4).
         #expect(bob.events.firstIndex(of: text)! < bob.events.firstIndex(of: opaque)!)
 
         try alice.client.leave()
@@ -52,6 +52,33 @@ private func user(_ name: String, room: String? = "stage") -> UserInfo {
         #expect(try loop.run(timeoutMs: 5_000) { alice.client.state == .closed })
         #expect(alice.statuses.last == .closed && bob.statuses.last == .closed)
         #expect(alice.disconnects == 0 && bob.disconnects == 0)
+    }
+
+    @Test("names and rooms that only look alike (café NFC/NFD) are different users and rooms for the client too")
+    func lookAlikeNamesAndRoomsDiffer() throws {
+        let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+        // Events and statuses compare through UserInfo: byte for byte.
+        #expect(ClientEvent.join(user(nfc)) != .join(user(nfd)))
+        #expect(ClientEvent.join(user("a", room: nfc)) != .join(user("a", room: nfd)))
+        #expect(ClientStatus.joined(user("a", room: nfc)) != .joined(user("a", room: nfd)))
+        #expect(ClientEvent.text(ChatMessage(user: user("a"), text: nfc)) != .text(ChatMessage(user: user("a"), text: nfd)))
+
+        let daemon = try TestDaemon()
+        let loop = try EventLoop()
+        let alice = RecordingClient(loop: loop, configuration: testConfiguration(daemon))
+        let bob = RecordingClient(loop: loop, configuration: testConfiguration(daemon))
+        alice.client.connect()
+        bob.client.connect()
+        try alice.client.join(user("alice", room: nfc))
+        try bob.client.join(user("bob", room: nfd))
+        try #require(try loop.run(timeoutMs: 5_000) {
+            alice.events.contains(.join(user("alice", room: nfc))) && bob.events.contains(.join(user("bob", room: nfd)))
+        })
+        try alice.client.sendText("nfc only")
+        try bob.client.sendText("nfd only")
+        try loop.run(timeoutMs: 500) { false }
+        #expect(alice.events == [.join(user("alice", room: nfc)), .text(ChatMessage(user: user("alice", room: nfc), text: "nfc only"))])
+        #expect(bob.events == [.join(user("bob", room: nfd)), .text(ChatMessage(user: user("bob", room: nfd), text: "nfd only"))])
     }
 
     @Test func reconnectsAfterDaemonRestartAndRejoins() throws {
@@ -113,7 +140,7 @@ private func user(_ name: String, room: String? = "stage") -> UserInfo {
         #expect(mute.statuses.contains(.disconnected(.closedByPeer)))
         #expect(mute.client.state == .closed)
         #expect(alice.disconnects == 0 && alice.client.state == .connected)
-        // The daemon announced the evicted client's leave (PROTOCOL.md §4).
+        // The daemon announced the evicted client's leave (docs/protocol.md §4).
         #expect(alice.events.contains(.leave(user("mute"))))
         try alice.client.sendText("still here")
         #expect(try loop.run(timeoutMs: 5_000) { alice.texts.contains("still here") })

@@ -1,4 +1,4 @@
-// Issue 4, cases 1-6: hostile bytes on the wire against the real roomcastd.
+// Hostile input, cases 1-6: hostile bytes on the wire against the real roomcastd.
 // Each case comes from a failure of another event-loop server; the daemon
 // must cost the offender only its own connection.
 import Foundation
@@ -6,7 +6,7 @@ import Glibc
 import RoomcastCore
 import Testing
 
-@Suite("Hostile input (issue 4, cases 1-6)")
+@Suite("Hostile input (cases 1-6)")
 struct HostileInputTests {
     // MARK: 1. Other protocols on the port
 
@@ -219,7 +219,7 @@ struct HostileInputTests {
 
     // MARK: 6. Malformed proto2 bodies
 
-    /// Bad bodies of issue 4 case 6, with the type each is sent as.
+    /// Bad bodies of case 6, with the type each is sent as.
     static func malformedBodies() -> [(name: String, type: UInt16, body: [UInt8])] {
         let user = Wire.user("mal").serialized()
         func field(_ n: UInt8, _ payload: [UInt8]) -> [UInt8] { [n << 3 | 2, UInt8(payload.count)] + payload }

@@ -1,11 +1,11 @@
-// Issue 4, cases 11-13: readiness, watchdog honesty and reload storms on the
+// Hostile input, cases 11-13: readiness, watchdog honesty and reload storms on the
 // real roomcastd with a fake NOTIFY_SOCKET.
 import Foundation
 import Glibc
 import RoomcastCore
 import Testing
 
-@Suite("Hostile lifecycle (issue 4, case 11)")
+@Suite("Hostile lifecycle (case 11)")
 struct HostileLifecycleTests {
     @Test("11. with the port already taken the daemon exits non-zero within 5 s and never sends READY=1")
     func portTaken() throws {
@@ -48,7 +48,7 @@ struct SanitizerReportTests {
     }
 }
 
-@Suite("Hostile lifecycle (issue 4, cases 11-13; slow)", .serialized, .enabled(if: slowTestsEnabled))
+@Suite("Hostile lifecycle (cases 11-13; slow)", .serialized, .enabled(if: slowTestsEnabled))
 struct HostileLifecycleSlowTests {
     // MARK: 11. Readiness
 

@@ -1,4 +1,4 @@
-// Issue 4, cases 7-10: slow consumers, descriptor exhaustion, writable
+// Hostile input, cases 7-10: slow consumers, descriptor exhaustion, writable
 // interest and vanishing peers, measured on the real roomcastd from /proc.
 // Slow (tens of seconds in all): run by `make test` (ROOMCAST_SLOW_TESTS=1),
 // skipped by a plain `swift test`. Serialized, so the CPU and RSS figures of
@@ -8,7 +8,7 @@ import Glibc
 import RoomcastCore
 import Testing
 
-@Suite("Hostile resources (issue 4, cases 7-10; slow)", .serialized, .enabled(if: slowTestsEnabled))
+@Suite("Hostile resources (cases 7-10; slow)", .serialized, .enabled(if: slowTestsEnabled))
 struct HostileResourceTests {
     // MARK: 7. Slow consumer
 

@@ -1,5 +1,5 @@
 // Measurements of the daemon process from /proc, and helpers shared by the
-// hostile-input cases of issue 4.
+// hostile-input cases.
 import Foundation
 import Glibc
 import RoomcastCore

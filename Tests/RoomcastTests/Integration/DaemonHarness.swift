@@ -212,7 +212,10 @@ final class ChildProcess {
     let stderr: PipeCollector
 
     /// Starts `executable` with exactly `environment` (the test process's
-    /// environment is never modified).
+    /// environment is never modified), and with SIGHUP, SIGINT and SIGTERM
+    /// unblocked, as systemd starts a service (it resets the signal mask):
+    /// `Process` passes the calling thread's mask on, and the threads Swift
+    /// Testing runs tests on block them.
     init(_ executable: URL, _ arguments: [String], environment: [String: String]) throws {
         let out = Pipe(), err = Pipe()
         process.executableURL = executable
@@ -221,6 +224,11 @@ final class ChildProcess {
         process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
         process.standardOutput = out
         process.standardError = err
+        var unblock = sigset_t(), old = sigset_t()
+        sigemptyset(&unblock)
+        for signal in [SIGHUP, SIGINT, SIGTERM] { sigaddset(&unblock, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, &old)
+        defer { pthread_sigmask(SIG_SETMASK, &old, nil) }
         try process.run()
         stdout = PipeCollector(out)
         stderr = PipeCollector(err)
@@ -295,7 +303,7 @@ final class Daemon {
     /// The listening host and port (from the log line `listening on HOST:PORT`).
     private(set) var host = ""
     private(set) var port: UInt16 = 0
-    /// The port of the `[json]` listener (PROTOCOL.md §7), when configured.
+    /// The port of the `[json]` listener (docs/protocol.md §7), when configured.
     private(set) var jsonPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
@@ -312,9 +320,11 @@ final class Daemon {
     ///   - journal: a fake journald, passed as `ROOMCAST_JOURNAL_SOCKET`; with
     ///     `log.target = journal` the `roomcastd ready`, `listening on` and
     ///     `client connected` records are awaited there instead of on stderr.
+    ///   - afterSpawn: called with the daemon's PID as soon as it is
+    ///     spawned, before waiting for it to be ready (e.g. to signal it while it starts).
     init(_ settings: [String: String] = [:], environment: [String: String] = [:],
          socketActivation: [(name: String, port: UInt16)] = [], descriptorLimit: (soft: Int, hard: Int)? = nil,
-         journal: FakeJournal? = nil) throws {
+         journal: FakeJournal? = nil, afterSpawn: (Int32) -> Void = { _ in }) throws {
         directory = try TempDirectory()
         configPath = try directory.write("roomcastd.conf", Self.configText(Self.baseSettings.merging(settings) { $1 }))
         notify = try NotifySocket(path: directory.path + "/notify")
@@ -339,6 +349,7 @@ final class Daemon {
         } else {
             child = try ChildProcess(roomcastdURL, ["--config", configPath], environment: env)
         }
+        afterSpawn(child.pid)
         do {
             try waitUntilReady()
         } catch {

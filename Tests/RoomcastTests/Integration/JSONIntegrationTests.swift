@@ -1,11 +1,11 @@
-// Seed 002's JSON chat room on the [json] listener, bridged into the rooms
-// of the length-type-body protocol (PROTOCOL.md §7, issue 6).
+// The JSON chat room on the [json] listener, bridged into the rooms
+// of the length-type-body protocol (docs/protocol.md §7).
 import Foundation
 import Glibc
 import RoomcastCore
 import Testing
 
-/// A client that behaves like seed 002's: a u32 little-endian length, then a
+/// A client that behaves like the original JSON chat client: a u32 little-endian length, then a
 /// pretty-printed JSON object; no heartbeats.
 final class JSONTestClient {
     let connection: TestClient
@@ -21,7 +21,7 @@ final class JSONTestClient {
         }
     }
 
-    /// Sends one command the way the seed client does (pretty-printed).
+    /// Sends one command the way the original JSON chat client does (pretty-printed).
     func send(_ object: [String: Any]) throws {
         try sendBody(JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]))
     }
@@ -72,7 +72,7 @@ final class JSONTestClient {
     }
 }
 
-@Suite("JSON listener (seed 002)")
+@Suite("JSON listener")
 struct JSONIntegrationTests {
     static let settings = ["json.listen": "127.0.0.1:0"]
 

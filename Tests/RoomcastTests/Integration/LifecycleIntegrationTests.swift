@@ -1,5 +1,6 @@
 // The built roomcastd as systemd runs it: readiness, watchdog, signals,
 // reload, config errors, command line, IPv6, socket activation.
+import Foundation
 import Glibc
 import RoomcastCore
 import Testing
@@ -90,6 +91,69 @@ struct LifecycleIntegrationTests {
         try a.send(still)
         #expect(b.receiveFrame()?.wire == still)
         a.expectNoFrame(within: .milliseconds(300), "echo = yes from the broken file must not apply")
+    }
+
+    /// Sends SIGHUP to a starting `pid` as early as a SIGHUP can be survived:
+    /// at the first sign in /proc/PID/status that the dynamic loader is done,
+    /// SIGHUP in SigBlk (the early block) or the Swift runtime's crash
+    /// handlers in SigCgt (SIGQUIT: installed by libswiftCore's initializer,
+    /// about a millisecond before main.swift runs). Before that the loader
+    /// is still mapping and relocating, and nothing of the binary's own can
+    /// run (README.md, "Signals while starting"). The status file is re-read
+    /// with pread(2) and scanned with C string functions, tens of
+    /// microseconds a turn, so the signal lands well inside that millisecond.
+    /// - Returns: the sign seen (`blocked`, `runtime`), or `exited`/`timeout`.
+    static func sighupWhenTheRuntimeStarts(_ pid: Int32) -> String {
+        let fd = open("/proc/\(pid)/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return "exited" }
+        defer { close(fd) }
+        var buffer = [CChar](repeating: 0, count: 8192)
+        let deadline = monotonicMs() + 2_000
+        while monotonicMs() < deadline {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count - 1, 0) }
+            guard n > 0 else { return "exited" }
+            buffer[n] = 0
+            let (state, blocked, caught) = buffer.withUnsafeBufferPointer { b -> (CChar, UInt64, UInt64) in
+                func field(_ name: String) -> UnsafeMutablePointer<CChar>? { strstr(b.baseAddress!, name) }
+                let state = field("State:\t").map { $0[7] } ?? 0
+                let blocked = field("SigBlk:").map { strtoull($0 + 7, nil, 16) } ?? 0
+                let caught = field("SigCgt:").map { strtoull($0 + 7, nil, 16) } ?? 0
+                return (state, UInt64(blocked), UInt64(caught))
+            }
+            if state == CChar(UInt8(ascii: "Z")) { return "exited" }
+            if blocked & (1 << UInt64(SIGHUP - 1)) != 0 { kill(pid, SIGHUP); return "blocked" }
+            if caught & (1 << UInt64(SIGQUIT - 1)) != 0 { kill(pid, SIGHUP); return "runtime" }
+        }
+        return "timeout"
+    }
+
+    @Test("a SIGHUP while roomcastd starts (from the Swift runtime's first initializer on) is kept for the loop: 20 starts survive and reload")
+    func sighupWhileStarting() throws {
+        var seen: [String: Int] = [:]
+        for start in 1...20 {
+            var sign = "not spawned"
+            do {
+                let d = try Daemon(afterSpawn: { sign = Self.sighupWhenTheRuntimeStarts($0) })
+                seen[sign, default: 0] += 1
+                // The blocked SIGHUP was pending, so the loop's first turn reloads.
+                #expect(d.stderr.wait(forLineWith: ["configuration reloaded from \(d.configPath)"]),
+                        "start \(start) (\(sign)): the early SIGHUP was lost; stderr: \(d.stderr.current)")
+            } catch {
+                seen[sign, default: 0] += 1
+                Issue.record("start \(start): a SIGHUP at the first sign '\(sign)' killed roomcastd: \(error)")
+            }
+        }
+        print("early SIGHUP: signs seen \(seen.sorted { $0.key < $1.key })")
+    }
+
+    @Test("the test process does not get roomcastd's early signal block (CEarlySignals is linked into roomcastd only)")
+    func earlyBlockIsRoomcastdOnly() throws {
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("SigBlk:") })
+        let blocked = UInt64(line.split(separator: "\t").last ?? "", radix: 16) ?? 0
+        for signal in [SIGHUP, SIGINT, SIGTERM] {
+            #expect(blocked & (1 << UInt64(signal - 1)) == 0, "signal \(signal) is blocked in the test process: \(line)")
+        }
     }
 
     @Test("a bad config at start: exit 78, FILE:LINE and the reason on stderr, nothing bound, no READY=1")

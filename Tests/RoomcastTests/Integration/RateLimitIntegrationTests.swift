@@ -1,4 +1,4 @@
-// Per-connection token buckets and the per-IP connection cap (issue 4,
+// Per-connection token buckets and the per-IP connection cap (hostile input,
 // "rate limits"): over the limit, frames are dropped and count as violations.
 import RoomcastCore
 import Testing

@@ -1,4 +1,4 @@
-// Issue 11, item 1: a busy systemd, a journald that does not read its socket
+// A busy systemd, a journald that does not read its socket
 // or a stderr nobody reads must not freeze the rooms. Each test stalls one
 // reader, measures a text relayed every 100 ms and a newcomer accepted every
 // second while it is stalled, then lets it read again and checks what arrives.
@@ -77,7 +77,13 @@ func probeRelay(_ d: Daemon, from a: TestClient, to b: TestClient, seconds: Int)
     return probe
 }
 
-@Suite("A stalled systemd, journald or stderr does not freeze the rooms (issue 11)", .serialized)
+/// The longest pause between relayed texts these tests accept, in ms. A
+/// stall they guard against lasts the whole stall (4 s or more); the daemon's
+/// own work on a burst of 3,000 joins takes up to about 0.7 s under
+/// AddressSanitizer (`make test-asan`), which is slower than a plain build.
+let maxRelayGapMs: Int64 = sanitizer == nil ? 500 : 2_000
+
+@Suite("A stalled systemd, journald or stderr does not freeze the rooms ", .serialized)
 struct StalledOutputIntegrationTests {
     @Test("NOTIFY_SOCKET stops being read after READY=1: relaying and accepting go on; the newest STATUS and WATCHDOG=1 arrive once it is read")
     func busySystemd() throws {
@@ -87,7 +93,7 @@ struct StalledOutputIntegrationTests {
         d.notify.pauseReading()
         defer { d.notify.resumeReading() }  // else the old daemon's STOPPING=1 would hang the teardown
         let probe = try probeRelay(d, from: a, to: b, seconds: stallSeconds)
-        #expect(probe.maxGapMs <= 500, "\(probe)")
+        #expect(probe.maxGapMs <= maxRelayGapMs, "\(probe)")
         #expect(probe.received >= probe.sent - 2, "\(probe)")
         #expect(!probe.acceptMs.isEmpty && probe.acceptMs.allSatisfy { $0 != nil && $0! <= 1_000 }, "\(probe)")
 
@@ -130,7 +136,7 @@ struct StalledOutputIntegrationTests {
         let flooder = try d.connect(awaitAccept: false)
         try flooder.sendRaw((0..<300).flatMap { Wire.join(Wire.user("flood", room: "f\($0 % 2)")) })
         let probe = try probeRelay(d, from: a, to: b, seconds: stallSeconds)
-        #expect(probe.maxGapMs <= 500, "\(probe)")
+        #expect(probe.maxGapMs <= maxRelayGapMs, "\(probe)")
         #expect(!probe.acceptMs.isEmpty && probe.acceptMs.allSatisfy { $0 != nil && $0! <= 1_000 }, "\(probe)")
 
         let resumed = journal.all.count
@@ -168,7 +174,7 @@ struct StalledOutputIntegrationTests {
         let flooder = try d.connect(awaitAccept: false)
         try flooder.sendRaw((0..<3_000).flatMap { Wire.join(Wire.user("flood", room: "f\($0 % 2)")) })
         let probe = try probeRelay(d, from: a, to: b, seconds: stallSeconds)
-        #expect(probe.maxGapMs <= 500, "\(probe)")
+        #expect(probe.maxGapMs <= maxRelayGapMs, "\(probe)")
         #expect(!probe.acceptMs.isEmpty && probe.acceptMs.allSatisfy { $0 != nil && $0! <= 1_000 }, "\(probe)")
 
         d.stderr.resumeReading()

@@ -256,7 +256,7 @@ final class TestClient {
     }
 }
 
-/// Frames as seed 000's clients send them (little-endian LTB, default types).
+/// Frames as the original clients send them (little-endian LTB, default types).
 enum Wire {
     static let join: UInt16 = 0, leave: UInt16 = 1, text: UInt16 = 2, gift: UInt16 = 3, heartbeat: UInt16 = 8
     /// A type the daemon treats as opaque (relayed unchanged).
@@ -278,7 +278,7 @@ enum Wire {
     static func gift(_ u: UserInfo, _ name: String, count: Int32 = 1) -> [UInt8] {
         frame(gift, GiftMessage(user: u, giftname: name, giftURL: "https://img.example/\(name).gif", giftcount: count).serialized())
     }
-    /// Seed 000's heartbeat: type 8, the UTF-8 text below.
+    /// The original clients' heartbeat: type 8, the UTF-8 text below.
     static let heartbeatFrame = frame(heartbeat, Array("this is a heartBeat message ".utf8))
 }
 

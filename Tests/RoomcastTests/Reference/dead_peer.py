@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 
+from chat_peer import Peer  # LTB frames from a socket, with a deadline
 from proto_ref import REAL
 
 JOIN, LEAVE, TEXT, HEARTBEAT = 0, 1, 2, 8
@@ -49,33 +50,6 @@ def user(name):
     u = REAL["UserInfo"]()
     u.level, u.name, u.iconURL = 1, name, ""
     return u
-
-
-class Reader:
-    """LTB frames from a socket, with a deadline."""
-
-    def __init__(self, sock):
-        self.sock, self.buffer = sock, b""
-
-    def next(self, deadline):
-        while True:
-            if len(self.buffer) >= 6:
-                length, kind = struct.unpack("<IH", self.buffer[:6])
-                if len(self.buffer) >= 6 + length:
-                    body = self.buffer[6:6 + length]
-                    self.buffer = self.buffer[6 + length:]
-                    return kind, body
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            self.sock.settimeout(remaining)
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                return None
-            if not data:
-                raise RuntimeError("the daemon closed the observer")
-            self.buffer += data
 
 
 def main():
@@ -104,10 +78,9 @@ def main():
         if len(ports) < 2:
             raise RuntimeError("roomcastd did not start")
 
-        observer = socket.create_connection(("127.0.0.1", ports["ltb"]))
-        reader = Reader(observer)
+        observer = Peer("127.0.0.1", ports["ltb"])
         me = user("observer")
-        observer.sendall(frame(JOIN, me.SerializeToString()))
+        observer.send(JOIN, me)
 
         victim = socket.socket()
         victim.bind(("127.0.0.2", 0))
@@ -118,7 +91,7 @@ def main():
         else:
             victim.sendall(frame(JOIN, user("victim").SerializeToString()))
         while True:  # the observer sees both joins
-            got = reader.next(time.monotonic() + 5)
+            got = observer.frame(time.monotonic() + 5)
             if got is None:
                 raise RuntimeError("no join from the victim")
             if got[0] == JOIN and REAL["UserInfo"].FromString(got[1]).name == "victim":
@@ -135,11 +108,11 @@ def main():
                 message = REAL["ChatMessage"]()
                 message.user.CopyFrom(me)
                 message.text = "still here?"
-                observer.sendall(frame(TEXT, message.SerializeToString()))
+                observer.send(TEXT, message)
                 if args.dialect == "ltb":
                     victim.sendall(frame(HEARTBEAT, b"alive"))
                 next_text = now + 0.5
-            got = reader.next(min(next_text, start + args.wait))
+            got = observer.frame(min(next_text, start + args.wait))
             if got and got[0] == LEAVE and REAL["UserInfo"].FromString(got[1]).name == "victim":
                 left = round(time.monotonic() - start, 2)
                 break
