@@ -146,7 +146,7 @@ stage-systemd: deps-systemd
 test-systemd: stage-systemd
 	$(SANDBOX) -- python3 systemd/test-systemd.py --stage $(CURDIR)/$(SYSTEMD_STAGE)
 
-# Issue 13: BENCH_RESTART_CLIENTS (default 10,000) chatting clients across a
+# Restarts that keep the clients: BENCH_RESTART_CLIENTS (default 10,000) chatting clients across a
 # `systemctl restart` and a SIGKILL under the same real systemd 252 (root):
 # the gap, PID 1's CPU, what the clients saw; the table goes to
 # bench/results/restart-latest.md (bench/restart.py).

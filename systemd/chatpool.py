@@ -1,5 +1,6 @@
 """A pool of chatting LTB clients in one thread, for the restart tests of
-issue 13 (systemd/test-systemd.py) and the restart bench (bench/restart.sh).
+restarts that keep the clients (systemd/test-systemd.py) and the restart bench
+(bench/restart.py).
 
 Every client joins room `i % rooms` and then sends text frames at `rate`
 per second. A frame's content is fixed-width ASCII,

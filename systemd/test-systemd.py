@@ -381,7 +381,7 @@ def test_watchdog(t):
     before = show(UNIT, "MainPID", "NRestarts", "WatchdogUSec")
     t.check(f"WatchdogSec={WATCHDOG_SEC}s is in effect", before["WatchdogUSec"] == f"{WATCHDOG_SEC}s", before["WatchdogUSec"])
     pid = before["MainPID"]
-    kept = Client(State.port)  # connected before the freeze: kept through the crash (issue 13)
+    kept = Client(State.port)  # connected before the freeze: kept through the crash (live box)
     kept.send(JOIN, user_info("kept", "watchdog"))
     eventually(lambda: status_text().startswith("1 client,"), timeout=4)
     mark = cursor()
@@ -588,7 +588,7 @@ def event(t, pool, label, argv, journal_lines=False):
 
 
 def test_handover(t, stage):
-    """Issue 13: 1,000 joined clients in 10 rooms chatting across two restarts, an
+    """1,000 joined clients in 10 rooms chatting across two restarts, an
     upgrade and a SIGKILL: no EOF, no RST; across restarts and the upgrade no frame
     lost, duplicated or reordered, partial frames and output owed to a slow reader
     carried over; after the SIGKILL every client back in its room, losses counted."""
@@ -718,7 +718,7 @@ def test_standalone(t, stage):
     a, b = Client(port), Client(port)
     a.send(OPAQUE, b"standalone")
     t.check("it binds [server] listen itself and serves", b.recv() == (OPAQUE, b"standalone"))
-    # Issue 13: a restart of the self-binding unit keeps its clients too.
+    # A restart of the self-binding unit keeps its clients too.
     pool = ChatPool(port, clients=100, rooms=5, rate=1.0)
     try:
         pool.connect()
@@ -764,7 +764,7 @@ def main():
         t.section("5. watchdog", test_watchdog)
         t.section("6. graceful stop", test_stop, args.stage)
         t.section("JSON listener through roomcastd-json.socket", test_json_socket, args.stage)
-        t.section("restarts and an upgrade keep every client (issue 13)", test_handover, args.stage)
+        t.section("restarts, an upgrade and a crash keep every client", test_handover, args.stage)
     t.section("7. systemd-analyze verify and security", test_verify)
     t.section("self-binding roomcastd-standalone.service", test_standalone, args.stage)
     sys.exit(t.summary())

@@ -121,7 +121,7 @@ public struct Relay {
     }
 
     /// Whether `changed` collects the connections whose room or identity a
-    /// frame changed (the crash path's log, issue 13); off by default.
+    /// frame changed (for the crash path's log); off by default.
     public var tracksChanges = false
     /// Connections whose room or identity changed since `takeChanged()`.
     public private(set) var changed: [Int] = []
@@ -192,7 +192,7 @@ public struct Relay {
         return changed
     }
 
-    /// A connection carried over from the previous process (issue 13), just
+    /// A connection carried over from the previous process (a restart), just
     /// `connect`ed: it moves into `room` (nil: none) with the identity and
     /// violation count it had, and nobody is told: its room never saw it
     /// leave. The name is read from `identity`, as a join does.

@@ -20,7 +20,7 @@ public struct TokenBucket: Equatable, Sendable {
     }
 
     /// A bucket holding `milliTokens` (at most the burst) at `nowMs`: a
-    /// connection's rate-limit state carried over a restart (issue 13).
+    /// connection's rate-limit state carried over a restart.
     public init(rate: Int, burst: Int, milliTokens: Int, nowMs: UInt64) {
         self.init(rate: rate, burst: burst, nowMs: nowMs)
         self.milliTokens = max(0, min(self.milliTokens, milliTokens))

@@ -104,7 +104,7 @@ final class Fanout: FrameSink {
     var relaySettings: RelaySettings
     /// `json.max_frame_bytes`: the largest JSON body sent to a JSON client, in bytes.
     var jsonMaxFrameBytes = Int.max
-    /// Keep `Outbox.torn` (the crash path of issue 13 is on).
+    /// Keep `Outbox.torn` (the crash path is on, LiveStore.swift).
     var tracksTornFrames = false
 
     init(outputHardBytes: Int, relaySettings: RelaySettings) {

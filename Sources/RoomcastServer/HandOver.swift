@@ -2,8 +2,8 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// HandOver.swift owns restarts that keep every client connected (issue 13,
-// notes/fdstore.md §4). On the SIGTERM of a `systemctl restart` (announced
+// HandOver.swift owns restarts that keep every client connected (README.md,
+// "Restarts, upgrades and crashes"). On the SIGTERM of a `systemctl restart` (announced
 // by the unit's stop hook, StopHook.swift) the process stops reading, lets
 // the iteration's output go, and then puts every client descriptor into a
 // box (HandOverBox.swift) and everything it knows about them into a sealed
@@ -103,7 +103,7 @@ extension Server {
     /// Boxes and stores everything (the end of the iteration of `beginHandOver`).
     /// - Returns: true when the connections are in systemd's hands and the
     ///   process may exit; false when that failed and a graceful stop
-    ///   began instead (the clients see a close, as before issue 13).
+    ///   began instead (the clients see a close, as on a stop).
     func completeHandOver() -> Bool {
         handOver.pending = false
         let now = clock()
@@ -201,7 +201,7 @@ extension Server {
     }
 
     /// FDSTORE=1 of `fds` as `name` with FDPOLL=0 (PID 1 would drop a box
-    /// whose write end closed, notes/fdstore.md §5).
+    /// whose write end closed: measured with systemd 252).
     /// - Returns: nil when sent, else what went wrong.
     func storeBeforeExit(_ fds: [Int32], name: String) -> String? {
         sendWaiting("FDSTORE=1\nFDNAME=\(name)\nFDPOLL=0", fds: fds)

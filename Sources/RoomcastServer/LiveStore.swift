@@ -2,7 +2,8 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// LiveStore.swift owns the crash path of issue 13 (notes/fdstore.md §4.3): a
+// LiveStore.swift owns the crash path of a restart that keeps the clients
+// (README.md, "Restarts, upgrades and crashes"): a
 // SIGKILL, a watchdog abort or a trap gives no chance to hand anything
 // over, so what a crash must not lose is in systemd's fd store all along:
 //

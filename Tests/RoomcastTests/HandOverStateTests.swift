@@ -1,4 +1,4 @@
-// The hand-over state (issue 13): what one roomcastd process leaves the next
+// The hand-over state: what one roomcastd process leaves the next
 // across a restart. Round trips, every field, the version-1 fixture a later
 // binary must keep reading, and damaged, truncated and unknown states.
 import Foundation

@@ -1,4 +1,4 @@
-// A restart that keeps the clients (issue 13), in-process: server A hands its
+// A restart that keeps the clients, in-process: server A hands its
 // connections over (box + state memfd, through a fake notify socket that
 // plays systemd's fd store), server B takes them back as its start would,
 // and the clients (socketpairs) go on as if nothing happened. Manual clocks:

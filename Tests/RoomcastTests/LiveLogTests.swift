@@ -1,4 +1,4 @@
-// The crash path's log (issue 13): records appended as things happen,
+// The crash path's log: records appended as things happen,
 // replayed by the process restarted after a crash.
 import Testing
 @testable import RoomcastCore

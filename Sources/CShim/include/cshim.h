@@ -33,12 +33,12 @@ int cshim_read_signal(int sfd);
 /// memory was released. (<malloc.h> is not in Glibc's Swift module.)
 int cshim_malloc_trim(void);
 
-// The kernel calls of the connection hand-over (issue 13), in handover.c:
+// The kernel calls of the connection hand-over across restarts, in handover.c:
 // memfd_create(2) and its seals (GNU-only), and sendmsg(2)/recvmsg(2) with
 // SCM_RIGHTS (the CMSG_* macros do not import).
 
 /// SCM_MAX_FD: the most descriptors one sendmsg(2) may carry (254 gives EINVAL
-/// on this kernel with 253 measured as the working maximum, notes/fdstore.md §2).
+/// on this kernel with 253 measured as the working maximum).
 #define CSHIM_MAX_FDS_PER_MESSAGE 253
 
 /// memfd_create(2) with MFD_CLOEXEC | MFD_ALLOW_SEALING; -1 with errno set.
