@@ -11,7 +11,10 @@
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
 #                     and checks install, socket activation, status, journal, reload,
-#                     watchdog, stop and the units (systemd/test-systemd.py); needs root
+#                     watchdog, stop, restarts that keep every client, and the units
+#                     (systemd/test-systemd.py); needs root
+#   make bench-restart 10,000 chatting clients across a restart and a SIGKILL in the same
+#                     container: the gap and PID 1's CPU (bench/restart.py); needs root
 #   make fuzz         run each libFuzzer target for FUZZ_SECONDS (default 60)
 #
 # Paths: the binaries (roomcastd, and the roomcast client) go to $(BINDIR), the man pages to $(MANDIR),
@@ -58,7 +61,7 @@ ASAN_BUILD   ?= .build-asan
 SOAK_SECONDS ?= 60
 SOAK_CLIENTS ?= 2000
 
-.PHONY: all build deps deps-systemd run test test-asan test-systemd soak fuzz check-units check-man check-config man static install uninstall clean
+.PHONY: all build deps deps-systemd run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-config man static install uninstall clean
 
 all: build
 
@@ -137,14 +140,26 @@ check-units:
 # Under a real systemd 252 (root, as CI runs): the install goes into a staging folder that
 # the container mounts at /usr/local and /etc/roomcast; the Debian root is made once and
 # cached; systemd/sandbox boots it, runs the suite and tears everything down.
-test-systemd: deps-systemd
+SANDBOX = systemd/sandbox $(SYSTEMD_ROOT) \
+	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/usr/local:/usr/local \
+	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/etc/roomcast:/etc/roomcast
+
+stage-systemd: deps-systemd
 	rm -rf $(SYSTEMD_STAGE)
 	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(SYSTEMD_STAGE) PREFIX=/usr/local SYSCONFDIR=/etc
 	systemd/prepare-root $(SYSTEMD_ROOT)
-	systemd/sandbox $(SYSTEMD_ROOT) \
-	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/usr/local:/usr/local \
-	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/etc/roomcast:/etc/roomcast \
-	    -- python3 systemd/test-systemd.py --stage $(CURDIR)/$(SYSTEMD_STAGE)
+
+test-systemd: stage-systemd
+	$(SANDBOX) -- python3 systemd/test-systemd.py --stage $(CURDIR)/$(SYSTEMD_STAGE)
+
+# Restarts that keep the clients: BENCH_RESTART_CLIENTS (default 10,000) chatting clients across a
+# `systemctl restart` and a SIGKILL under the same real systemd 252 (root):
+# the gap, PID 1's CPU, what the clients saw; the table goes to
+# bench/results/restart-latest.md (bench/restart.py).
+BENCH_RESTART_CLIENTS ?= 10000
+bench-restart: stage-systemd
+	@mkdir -p bench/results
+	$(SANDBOX) -- python3 bench/restart.py --clients $(BENCH_RESTART_CLIENTS) --markdown bench/results/restart-latest.md
 
 man: $(MAN_OUT)
 

@@ -61,4 +61,16 @@ if ! drift=$(diff <(service_settings roomcastd.service) <(service_settings roomc
 else
     echo "check-units: the two services share every [Service] setting but the network keys"
 fi
+# systemd 252 does not pass FileDescriptorStoreMax= to the service ($FDSTORE
+# is set by 254 and later), so the units set FDSTORE= themselves: the daemon
+# hands its connections over only when it is > 0 (README.md, restarts).
+for unit in roomcastd.service roomcastd-standalone.service; do
+    max=$(sed -n 's/^FileDescriptorStoreMax=//p' "$tmp/units/$unit")
+    env=$(sed -n 's/^Environment=FDSTORE=//p' "$tmp/units/$unit")
+    if [ -z "$max" ] || [ "$max" != "$env" ]; then
+        echo "check-units: $unit: FileDescriptorStoreMax=$max and Environment=FDSTORE=$env must be set and equal" >&2
+        failed=1
+    fi
+done
+[ "$failed" = 0 ] && echo "check-units: FileDescriptorStoreMax= and FDSTORE= agree in both services"
 exit "$failed"

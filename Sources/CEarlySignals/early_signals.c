@@ -13,7 +13,7 @@ static unsigned long long blocked;
 
 static void roomcastd_block_early(void) {
     if (blocked != 0) return;
-    static const int signals[] = { SIGTERM, SIGINT, SIGHUP };
+    static const int signals[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR2 };
     sigset_t set;
     sigemptyset(&set);
     unsigned long long mask = 0;

@@ -51,6 +51,11 @@ public struct LivenessTracker {
         lastActive[id] = nowMs
     }
 
+    /// When `id` last proved it is alive, in ms; nil when it is not watched.
+    public func lastActive(of id: Int) -> UInt64? {
+        id < tracked.count && tracked[id] ? lastActive[id] : nil
+    }
+
     /// Stops watching `id`.
     public mutating func untrack(_ id: Int) {
         guard id < tracked.count, tracked[id] else { return }

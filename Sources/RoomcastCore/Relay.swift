@@ -134,6 +134,12 @@ public struct Relay {
         var violations = 0
     }
 
+    /// Whether `changed` collects the connections whose room or identity a
+    /// frame changed (for the crash path's log); off by default.
+    public var tracksChanges = false
+    /// Connections whose room or identity changed since `takeChanged()`.
+    public private(set) var changed: [Int] = []
+
     private var rooms: [Room] = []
     private var freeRooms: [Int] = []
     /// Keyed by the name's bytes: rooms that only look alike are different (§3).
@@ -189,6 +195,35 @@ public struct Relay {
         id < sessions.count && sessions[id].identity != nil
     }
 
+    /// The UserInfo body of the connection's last join (nil: not joined).
+    public func identity(of id: Int) -> [UInt8]? {
+        id < sessions.count ? sessions[id].identity : nil
+    }
+
+    /// The connection's bad frames so far (0 for an unknown id).
+    public func violations(of id: Int) -> Int {
+        id < sessions.count ? sessions[id].violations : 0
+    }
+
+    /// The connections whose room or identity changed since the last call.
+    public mutating func takeChanged() -> [Int] {
+        defer { changed.removeAll(keepingCapacity: true) }
+        return changed
+    }
+
+    /// A connection carried over from the previous process (a restart), just
+    /// `connect`ed: it moves into `room` (nil: none) with the identity and
+    /// violation count it had, and nobody is told: its room never saw it
+    /// leave. The name is read from `identity`, as a join does.
+    public mutating func restore(_ id: Int, room: RoomName?, identity: [UInt8]?, violations: Int) {
+        precondition(id < sessions.count && sessions[id].active, "restore of unknown connection \(id)")
+        _ = exit(id)
+        if let room { enter(id, room: room) }
+        sessions[id].identity = identity
+        sessions[id].name = identity.flatMap { try? UserInfo(protobuf: $0) }?.name ?? ""
+        sessions[id].violations = violations
+    }
+
     /// A newly accepted connection: it becomes a member of the default room
     /// (clients receive the room's traffic before they join, §4).
     public mutating func connect(_ id: Int) {
@@ -238,9 +273,11 @@ public struct Relay {
         case s.heartbeatType:
             return .heartbeat
         case s.joinType:
+            if tracksChanges { changed.append(id) }
             return join(id, body: body, frame: frame, sink: sink)
         case s.leaveType:
             if s.validate, let error = check(.userInfo, body) { return violation(id, "leave: \(error)") }
+            if tracksChanges { changed.append(id) }
             let old = exit(id)
             sessions[id].identity = nil
             guard let r = old else { return .left(room: nil, recipients: 0) }

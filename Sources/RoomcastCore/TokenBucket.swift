@@ -19,6 +19,19 @@ public struct TokenBucket: Equatable, Sendable {
         self.lastMs = nowMs
     }
 
+    /// A bucket holding `milliTokens` (at most the burst) at `nowMs`: a
+    /// connection's rate-limit state carried over a restart.
+    public init(rate: Int, burst: Int, milliTokens: Int, nowMs: UInt64) {
+        self.init(rate: rate, burst: burst, nowMs: nowMs)
+        self.milliTokens = max(0, min(self.milliTokens, milliTokens))
+    }
+
+    /// The tokens held at `nowMs`, in thousandths of a token (refilled up to then).
+    public mutating func milliTokens(nowMs: UInt64) -> Int {
+        _ = take(0, nowMs: nowMs)
+        return milliTokens
+    }
+
     /// Takes `n` tokens if the bucket holds them; returns false (taking
     /// nothing) otherwise. O(1).
     public mutating func take(_ n: Int, nowMs: UInt64) -> Bool {

@@ -32,6 +32,7 @@ extension Server {
         resetRateLimits(id, now: now)
         relay.connect(id)
         heartbeats.track(id, dialect, nowMs: now)
+        liveOpened(id)
         logger.debug("client connected", ["CLIENT_ADDR": address, "ROOM": config.server.defaultRoom])
         return id
     }
@@ -114,6 +115,7 @@ extension Server {
     func release(_ id: Int) {
         guard let c = table.slots[id] else { return }
         if let r = c.registration { selector.deregister(r) }
+        liveClosing(id, fd: c.fd)  // shutdown(2) first while the live box holds a copy
         Sys.close(c.fd)
         table.remove(id)
     }

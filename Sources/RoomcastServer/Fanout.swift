@@ -30,6 +30,10 @@ struct Outbox {
     var retained = false
     /// When the pending output first went above `output_soft_bytes` (nil: not above).
     var softSinceMs: UInt64?
+    /// Bytes at the head of `queue` that finish a frame the kernel took only
+    /// part of (kept only while `Fanout.tracksTornFrames`: the crash path
+    /// must resend them first, LiveStore.swift).
+    var torn = 0
 
     /// Bytes owed and not yet written.
     var pending: Int { queue.count + batchEnd - batchStart }
@@ -103,6 +107,8 @@ final class Fanout: FrameSink {
     /// The client address of a frame from another daemon (sender -1), set
     /// around its broadcast: the `addr` JSON clients see (`Server.deliverFromCluster`).
     var remoteSenderAddress = ""
+    /// Keep `Outbox.torn` (the crash path is on, LiveStore.swift).
+    var tracksTornFrames = false
 
     init(outputHardBytes: Int, relaySettings: RelaySettings) {
         self.outputHardBytes = outputHardBytes
@@ -223,6 +229,7 @@ final class Fanout: FrameSink {
     /// pending output goes above `softBytes` and stops when it is below.
     func write(_ id: Int, keepCapacity: Int, softBytes: Int = .max, nowMs: UInt64 = 0) -> Written {
         var retain = false
+        let tracksTorn = tracksTornFrames
         let written: Written = outboxes.withUnsafeMutableBufferPointer { boxes in
             boxes[id].queued = false
             guard let state = boxes[id].state, state != .closing, boxes[id].pending > 0 else { return .nothing }
@@ -236,6 +243,7 @@ final class Fanout: FrameSink {
                 }
                 switch r {
                 case .done(let n):
+                    if tracksTorn { boxes[id].torn = n >= queued + range.count ? 0 : self.torn(after: n, of: boxes[id], range) }
                     boxes[id].queue.consume(min(n, queued), keepCapacity: keepCapacity)
                     boxes[id].batchStart += max(0, n - queued)
                     if boxes[id].batchStart == boxes[id].batchEnd { (boxes[id].batchStart, boxes[id].batchEnd) = (0, 0) }
@@ -260,6 +268,29 @@ final class Fanout: FrameSink {
         }
         if retain { retainDrainedBuffer(id) }
         return written
+    }
+
+    /// Where the frame that byte `n` of a write falls in ends, relative to
+    /// `n`: the bytes of a partly written frame still to send. The write was
+    /// the queue (whose first `box.torn` bytes end a frame, and which ends
+    /// at a frame boundary), then `range` of the batch (whole frames).
+    /// Walks the headers of what was written: only after a partial write.
+    @inline(never)
+    private func torn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
+        let header = box.json ? JSONFrameCodec.headerSize : FrameCodec.headerSize
+        let order = box.json ? ByteOrder.little : relaySettings.byteOrder
+        return box.queue.withReadableBytes { q in
+            batch.withReadableBytes { b in
+                var p = box.torn
+                while p < n {
+                    let at = p < q.count ? UnsafeRawBufferPointer(rebasing: q[p...])
+                                         : UnsafeRawBufferPointer(rebasing: b[(range.lowerBound + p - q.count)...])
+                    let raw = at.loadUnaligned(as: UInt32.self)
+                    p += header + Int(order == .little ? UInt32(littleEndian: raw) : UInt32(bigEndian: raw))
+                }
+                return p - n
+            }
+        }
     }
 
     /// Notes that `id` drained its output and kept the buffer for the next

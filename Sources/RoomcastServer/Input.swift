@@ -116,6 +116,7 @@ extension Server {
             heartbeats.jsonInput(id, partial: !input.isEmpty, startedNow: !wasPartial || completed, nowMs: now)
         }
         swap(&input, &table.slots[id]!.input)
+        if live != nil { liveInput(id) }  // a crash must not cut a frame in two (LiveStore.swift)
     }
 
     private func processFrames(_ dialect: Dialect, _ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {

@@ -15,7 +15,9 @@ extension Server {
             if sig <= 0 { return }
             switch sig {
             case SIGHUP: reload()
+            case SIGTERM where handOver.restartAnnounced && canHandOver && !stopping: beginHandOver()
             case SIGTERM, SIGINT: beginStop(signal: sig)
+            case StopHook.restartSignal: announceRestart()
             default: break
             }
         }

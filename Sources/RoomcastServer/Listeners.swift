@@ -54,7 +54,7 @@ extension Server {
             let ltb = options.listenOverride.isEmpty ? config.server.listen : options.listenOverride
             for (addresses, dialect) in [(ltb, Dialect.ltb), (config.json.listen, .json)] {
                 for address in addresses {
-                    let fd = try Socket.listen(on: address)
+                    let fd = if let stored = adoptStoredListener(address, dialect) { stored } else { try Socket.listen(on: address) }
                     listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect))
                 }
             }

@@ -27,12 +27,14 @@ extension Server {
         case .failed(let e):
             table.close(id, SystemError("send", errno: e).description)
         case .all(let hadBacklog, let draining):
+            if hadBacklog && live != nil { liveTorn(id) }  // a torn frame is written now
             if draining {
                 table.close(id, stopping ? "daemon stopping" : "closed by peer")
             } else if hadBacklog {
                 setWriteInterest(id, false)
             }
         case .partial(_, let hadBacklog, let becameSlow):
+            if live != nil { liveTorn(id) }  // the rest of a frame the kernel took part of
             if !hadBacklog { setWriteInterest(id, true) }
             if becameSlow { overSoft.append(id) }
         }

@@ -79,6 +79,10 @@ public final class Server {
     var stopDeadlineMs: UInt64 = 0
     /// The soft RLIMIT_NOFILE after raising it to the hard limit, in descriptors.
     var descriptorLimit: UInt64 = .max
+    /// A restart that keeps the connections (HandOver.swift).
+    var handOver = HandOverControl()
+    /// What a crash must not lose, in systemd's fd store (LiveStore.swift).
+    var live: LiveStore?
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -113,6 +117,7 @@ public final class Server {
     public func run() throws(SystemError) -> Int32 {
         try start()
         while try runOnce() {}
+        if handOver.done { return 0 }  // the connections are in systemd's fd store
         finishStop()
         return 0
     }
@@ -123,7 +128,11 @@ public final class Server {
     func start() throws(SystemError) {
         descriptorLimit = Sys.raiseDescriptorLimit()
         checkDescriptorLimit()
+        handOver.storedListeners = systemd.storedFDs.filter { HandOverName.isListener($0.name) }
         try openListeners()
+        keepListenersInStore()
+        let restored = restoreHandedOver()
+        startLiveStore()
         if signalFD >= 0 { _ = try selector.register(signalFD, .signal) }
         let now = clock()
         startCluster(now: now)
@@ -131,7 +140,7 @@ public final class Server {
         if status.watchdogIntervalMs > 0 {
             logger.info("watchdog enabled: pinging every \(formatDuration(ms: status.watchdogIntervalMs))")
         }
-        systemd.notify("READY=1\nSTATUS=" + status.statusLine(nowMs: now, figures))
+        systemd.notify("READY=1\nSTATUS=" + (restored.map { $0 + "; " } ?? "") + status.statusLine(nowMs: now, figures))
         logger.info("roomcastd ready", ["LISTEN": listeners.addresses])
     }
 
@@ -155,6 +164,8 @@ public final class Server {
         reapAndFlush(now: now)
         systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
         logger.flushPending()  // log output journald or stderr did not take (never blocks)
+        if live != nil { liveEndOfIteration() }  // new connections into the live box (never blocks)
+        if handOver.pending && completeHandOver() { return false }
         return !(stopping && (table.count == 0 || now >= stopDeadlineMs))
     }
 

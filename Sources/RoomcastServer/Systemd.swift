@@ -64,6 +64,16 @@ public struct Systemd {
     /// would stop the event loop. nil: an address only sd_notify knows (vsock).
     var channel: NotifyChannel? = nil
 
+    /// Descriptors systemd passed back from its fd store under one of our
+    /// own names (`HandOverName`: hand-over boxes and states, stored
+    /// listeners), in LISTEN_FDS order but kept apart from `listenFDs`.
+    public var storedFDs: [(fd: Int32, name: String)] = []
+
+    /// `$FDSTORE`: the unit's `FileDescriptorStoreMax=` (systemd 254 sets it;
+    /// on 252 the unit sets it itself, `Environment=FDSTORE=`); 0: no fd
+    /// store, so nothing can be handed over across a restart.
+    public var fdStoreMax = 0
+
     /// Reads the environment once. `LISTEN_*` variables are unset (so no child
     /// could inherit them) and the passed descriptors made close-on-exec.
     public static func fromEnvironment() -> Systemd {
@@ -85,7 +95,9 @@ public struct Systemd {
         }
         free(names)
         let channel = getenv("NOTIFY_SOCKET").flatMap { NotifyChannel(address: String(cString: $0)) }
-        return Systemd(notifySocket: notify, watchdogUsec: watchdog, listenFDs: fds, channel: channel)
+        let fdStoreMax = getenv("FDSTORE").flatMap { Int(String(cString: $0)) } ?? 0
+        return Systemd(notifySocket: notify, watchdogUsec: watchdog, listenFDs: fds.filter { !HandOverName.isStored($0.1) }, channel: channel,
+                       storedFDs: fds.filter { HandOverName.isStored($0.1) }, fdStoreMax: max(0, fdStoreMax))
     }
 
     /// Whether `fd` is a listening stream socket of the IP family (sd_is_socket_inet(3)).
@@ -140,6 +152,27 @@ final class NotifyChannel {
     }
 
     enum Outcome { case sent, wouldBlock, failed }
+
+    /// One non-blocking datagram carrying `fds` (SCM_RIGHTS, at most 253),
+    /// for FDSTORE=1 and BARRIER=1 (what sd_pid_notify_with_fds(3) sends,
+    /// without its blocking). Never kept: on `.wouldBlock` (PID 1 busy, or
+    /// older notifications still pending, which go first) the caller retries.
+    func send(_ state: String, fds: [Int32]) -> Outcome {
+        if hasPending { flush() }
+        guard !hasPending else { return .wouldBlock }
+        let message = Array(state.utf8)
+        let result = message.withUnsafeBytes { bytes in
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Sys.sendDescriptors(fd, bytes, fds, to: $0, length: length, flags: Int32(MSG_DONTWAIT)) }
+            }
+        }
+        switch result {
+        case .done: return .sent
+        case .wouldBlock: return .wouldBlock
+        case .failed(let e) where e == ENOBUFS || e == ENOMEM: return .wouldBlock
+        default: return .failed
+        }
+    }
 
     /// One non-blocking datagram. `.failed` (nobody bound: ENOENT,
     /// ECONNREFUSED; or EMSGSIZE) is final, as for sd_notify(3): retrying

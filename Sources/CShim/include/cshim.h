@@ -33,4 +33,32 @@ int cshim_read_signal(int sfd);
 /// memory was released. (<malloc.h> is not in Glibc's Swift module.)
 int cshim_malloc_trim(void);
 
+// The kernel calls of the connection hand-over across restarts, in handover.c:
+// memfd_create(2) and its seals (GNU-only), and sendmsg(2)/recvmsg(2) with
+// SCM_RIGHTS (the CMSG_* macros do not import).
+
+/// SCM_MAX_FD: the most descriptors one sendmsg(2) may carry (254 gives EINVAL
+/// on this kernel with 253 measured as the working maximum).
+#define CSHIM_MAX_FDS_PER_MESSAGE 253
+
+/// memfd_create(2) with MFD_CLOEXEC | MFD_ALLOW_SEALING; -1 with errno set.
+int cshim_memfd_create(const char *name);
+
+/// Seals a memfd against every further change (F_SEAL_SHRINK, F_SEAL_GROW,
+/// F_SEAL_WRITE, F_SEAL_SEAL); 0, or -1 with errno set.
+int cshim_memfd_seal(int fd);
+
+/// One sendmsg(2) of `len` bytes of `data` carrying `nfds` descriptors
+/// (SCM_RIGHTS, 0 <= nfds <= CSHIM_MAX_FDS_PER_MESSAGE), to `addr` when it is
+/// not NULL. Returns the bytes sent, or -1 with errno set (EINTR is retried).
+ssize_t cshim_send_fds(int sock, const struct sockaddr *addr, socklen_t addrlen,
+                       const void *data, size_t len, const int *fds, int nfds, int flags);
+
+/// One recvmsg(2) into `data` (at most `len` bytes) and up to `maxfds`
+/// descriptors, received close-on-exec. `*nfds` gets the number received and
+/// `*truncated` is set when the kernel had more descriptors than fitted
+/// (MSG_CTRUNC: those are closed by the kernel). Returns the bytes received
+/// (0 at end of stream), or -1 with errno set (EINTR is retried).
+ssize_t cshim_recv_fds(int sock, void *data, size_t len, int *fds, int maxfds, int *nfds, int *truncated, int flags);
+
 #endif

@@ -1,0 +1,398 @@
+/// What one roomcastd process hands to the next across a restart or an
+/// upgrade (README.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
+/// output paths, the heartbeat wheels and the rate limits keep about it.
+/// The descriptors themselves travel in a box (an AF_UNIX socketpair, see
+/// RoomcastServer's `HandOverBox`); each is matched to its record by `key`.
+///
+/// ## The format (little-endian throughout)
+///
+///     header   magic "RCHO" (4) | version u16 | header bytes u16 (24)
+///              | payload bytes u64 | CRC-32 of the payload u32 | 0 u32
+///     payload  records: tag u16 | length u32 | value (length bytes)
+///              tag 1: the globals (nested records, `GlobalTag`)
+///              tag 2: one connection (nested records, `FieldTag`)
+///
+/// Versioning rules, so that version N+1 reads version N:
+/// - A reader skips records whose tag it does not know, and gives a field
+///   that is absent its default. Adding a field is therefore NOT a new
+///   version: an older reader ignores it, a newer one defaults it.
+/// - A new version is for a change an older reader must not misread (a
+///   field whose meaning or encoding changes). The decoder keeps a path for
+///   every version it ever wrote; `decode` refuses a version above
+///   `currentVersion` (`unknownVersion`), and the caller serves the
+///   connections with fresh state.
+/// - Header bytes past 24 (a larger `header bytes`) are skipped.
+///
+/// `Tests/Fixtures/handover-state-v1.bin` is a file written by version 1,
+/// decoded by the tests of every later version.
+///
+/// Standard library only: the encoding is pure; the server writes the bytes
+/// into a sealed memfd.
+public struct HandOverState: Equatable, Sendable {
+    /// The writer's monotonic clock, in ms, when it stopped reading: the
+    /// reader (same machine, same clock) reports the gap from it.
+    public var stoppedReadingMs: UInt64 = 0
+    /// The writer's version string (`roomcastVersion`), for the log.
+    public var writer: String = ""
+    /// One record per connection handed over.
+    public var connections: [Record] = []
+    /// The FDNAME= of the box holding the connections' descriptors (absent
+    /// before it was added: "box").
+    public var boxName = "box"
+    /// The socket options the writer set on its clients (`Socket.configureClient`),
+    /// so that the reader sets them again only when they changed ("": unknown).
+    public var socketOptions = ""
+
+    public init(stoppedReadingMs: UInt64 = 0, writer: String = "", connections: [Record] = []) {
+        self.stoppedReadingMs = stoppedReadingMs
+        self.writer = writer
+        self.connections = connections
+    }
+
+    /// The protocol a connection speaks (RoomcastServer's `Dialect`).
+    public enum Dialect: UInt8, Sendable {
+        case ltb = 0
+        case json = 1
+    }
+
+    /// Everything carried over for one connection. Times are durations
+    /// ("time remaining"), never clock readings, so a reader need not share
+    /// the writer's clock.
+    public struct Record: Equatable, Sendable {
+        /// Matches the connection's descriptor in the box (the writer's
+        /// connection id).
+        public var key: UInt64
+        public var dialect: Dialect = .ltb
+        /// The peer, `1.2.3.4:P` or `[::1]:P`, as the writer logged it.
+        public var peerAddress: String = ""
+        /// The room it is in, its bytes as received; nil: none (it left).
+        public var room: RoomName? = nil
+        /// The UserInfo body of its last join (PROTOCOL.md §4); nil: not joined.
+        public var identity: [UInt8]? = nil
+        /// A JSON client's nickname (docs/protocol.md §7); nil: none yet.
+        public var nickname: String? = nil
+        /// A partial input frame: bytes received, not yet a whole frame.
+        public var input: [UInt8] = []
+        /// Output owed to the peer: bytes the kernel had not taken.
+        public var output: [UInt8] = []
+        /// Time left before a heartbeat eviction, in ms; nil: no deadline.
+        public var heartbeatRemainingMs: UInt32? = nil
+        /// A JSON client's partial frame: time left to complete it, in ms; nil: none.
+        public var partialFrameRemainingMs: UInt32? = nil
+        /// Bad frames counted against `max_violations`.
+        public var violations: UInt32 = 0
+        /// The rate limits' token buckets, in milli-tokens; nil: no bucket.
+        public var frameMilliTokens: Int64? = nil
+        public var byteMilliTokens: Int64? = nil
+        /// The peer had sent EOF: it has left its room and only its owed
+        /// output is still being flushed.
+        public var draining = false
+
+        public init(key: UInt64) { self.key = key }
+    }
+
+    // MARK: - Format constants
+
+    public static let magic: [UInt8] = Array("RCHO".utf8)
+    /// The version `encode` writes.
+    public static let currentVersion: UInt16 = 1
+    static let headerSize = 24
+
+    enum RecordTag: UInt16 {
+        case globals = 1
+        case connection = 2
+    }
+
+    enum GlobalTag: UInt16 {
+        case stoppedReadingMs = 1
+        case writer = 2
+        /// The number of connection records, a cross-check.
+        case connectionCount = 3
+        case boxName = 4
+        case socketOptions = 5
+    }
+
+    enum FieldTag: UInt16 {
+        case key = 1, dialect, peerAddress, room, identity, nickname, input, output
+        case heartbeatRemainingMs, partialFrameRemainingMs, violations, frameMilliTokens, byteMilliTokens, draining
+    }
+
+    /// Why a state could not be read; `reason` is the log's `REASON=` code.
+    public enum DecodeError: Error, Equatable, CustomStringConvertible {
+        /// Written by a newer format than this binary knows.
+        case unknownVersion(UInt16)
+        /// Truncated, corrupted or not a hand-over state at all.
+        case damaged(String)
+
+        public var reason: String {
+            switch self {
+            case .unknownVersion: "handover_state_version"
+            case .damaged: "handover_state_damaged"
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .unknownVersion(let v): "hand-over state version \(v) is newer than this binary's (\(HandOverState.currentVersion))"
+            case .damaged(let why): "hand-over state damaged: \(why)"
+            }
+        }
+    }
+
+    // MARK: - Encoding
+
+    /// The bytes of this state in the current version. O(total size): one
+    /// buffer, records written in place and their lengths patched after.
+    public func encode() -> [UInt8] {
+        var w = Writer()
+        w.bytes.reserveCapacity(Self.headerSize + 64 + connections.reduce(0) { $0 + 160 + $1.input.count + $1.output.count + ($1.identity?.count ?? 0) })
+        w.bytes += Self.magic
+        appendLE(&w.bytes, Self.currentVersion)
+        appendLE(&w.bytes, UInt16(Self.headerSize))
+        w.bytes += [UInt8](repeating: 0, count: Self.headerSize - 8)  // payload length and CRC, patched below
+        w.nested(RecordTag.globals.rawValue) { w in
+            w.u64(GlobalTag.stoppedReadingMs.rawValue, stoppedReadingMs)
+            w.bytes(GlobalTag.writer.rawValue, writer.utf8)
+            w.u32(GlobalTag.connectionCount.rawValue, UInt32(connections.count))
+            w.bytes(GlobalTag.boxName.rawValue, boxName.utf8)
+            w.bytes(GlobalTag.socketOptions.rawValue, socketOptions.utf8)
+        }
+        for c in connections {
+            w.nested(RecordTag.connection.rawValue) { w in
+                w.u64(FieldTag.key.rawValue, c.key)
+                w.u8(FieldTag.dialect.rawValue, c.dialect.rawValue)
+                w.bytes(FieldTag.peerAddress.rawValue, c.peerAddress.utf8)
+                if let room = c.room { w.bytes(FieldTag.room.rawValue, room.bytes) }
+                if let identity = c.identity { w.bytes(FieldTag.identity.rawValue, identity) }
+                if let nickname = c.nickname { w.bytes(FieldTag.nickname.rawValue, nickname.utf8) }
+                if !c.input.isEmpty { w.bytes(FieldTag.input.rawValue, c.input) }
+                if !c.output.isEmpty { w.bytes(FieldTag.output.rawValue, c.output) }
+                if let ms = c.heartbeatRemainingMs { w.u32(FieldTag.heartbeatRemainingMs.rawValue, ms) }
+                if let ms = c.partialFrameRemainingMs { w.u32(FieldTag.partialFrameRemainingMs.rawValue, ms) }
+                if c.violations > 0 { w.u32(FieldTag.violations.rawValue, c.violations) }
+                if let t = c.frameMilliTokens { w.u64(FieldTag.frameMilliTokens.rawValue, UInt64(bitPattern: t)) }
+                if let t = c.byteMilliTokens { w.u64(FieldTag.byteMilliTokens.rawValue, UInt64(bitPattern: t)) }
+                if c.draining { w.u8(FieldTag.draining.rawValue, 1) }
+            }
+        }
+        let payloadBytes = w.bytes.count - Self.headerSize
+        let crc = w.bytes.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[Self.headerSize...])) }
+        w.patch(at: 8, UInt64(payloadBytes))
+        w.patch(at: 16, crc)
+        return w.bytes
+    }
+
+    // MARK: - Decoding
+
+    /// Reads a state written by this version or any earlier one.
+    /// - Throws: `DecodeError.unknownVersion` for a newer version,
+    ///   `.damaged` for anything truncated, corrupted or inconsistent.
+    public static func decode(_ bytes: [UInt8]) throws(DecodeError) -> HandOverState {
+        let result = bytes.withUnsafeBytes { raw in Result { () throws(DecodeError) in try decode(raw) } }
+        return try result.get()
+    }
+
+    /// `decode` on bytes in place (e.g. a mapped memfd).
+    public static func decode(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> HandOverState {
+        guard bytes.count >= 8 else { throw .damaged("\(bytes.count) bytes, shorter than a header") }
+        guard bytes.prefix(4).elementsEqual(magic) else { throw .damaged("no RCHO magic") }
+        let version = readLE(bytes, 4, as: UInt16.self)
+        guard version >= 1 else { throw .damaged("version 0") }
+        guard version <= currentVersion else { throw .unknownVersion(version) }
+        let headerBytes = Int(readLE(bytes, 6, as: UInt16.self))
+        guard headerBytes >= headerSize, bytes.count >= headerBytes else {
+            throw .damaged("header of \(headerBytes) bytes in a \(bytes.count)-byte state")
+        }
+        let payloadBytes = readLE(bytes, 8, as: UInt64.self)
+        guard payloadBytes == UInt64(bytes.count - headerBytes) else {
+            throw .damaged("payload of \(bytes.count - headerBytes) bytes, header says \(payloadBytes) (truncated?)")
+        }
+        let payload = UnsafeRawBufferPointer(rebasing: bytes[headerBytes...])
+        let crc = readLE(bytes, 16, as: UInt32.self)
+        guard CRC32.checksum(payload) == crc else { throw .damaged("checksum mismatch") }
+        // Version 1 is the only version so far; a version 2 that changes a
+        // field's meaning adds its own branch here and keeps this one.
+        return try decodeV1(payload)
+    }
+
+    private static func decodeV1(_ payload: UnsafeRawBufferPointer) throws(DecodeError) -> HandOverState {
+        var state = HandOverState()
+        var expectedCount: UInt32?
+        var reader = Reader(payload)
+        while let (tag, value) = try reader.next() {
+            switch RecordTag(rawValue: tag) {
+            case .globals:
+                var globals = Reader(value)
+                while let (g, v) = try globals.next() {
+                    switch GlobalTag(rawValue: g) {
+                    case .stoppedReadingMs: state.stoppedReadingMs = try Reader.u64(v, "stopped-reading time")
+                    case .writer: state.writer = try Reader.text(v, "writer")
+                    case .connectionCount: expectedCount = try Reader.u32(v, "connection count")
+                    case .boxName: state.boxName = try Reader.text(v, "box name")
+                    case .socketOptions: state.socketOptions = try Reader.text(v, "socket options")
+                    case nil: break
+                    }
+                }
+            case .connection:
+                state.connections.append(try decodeRecord(value))
+            case nil:
+                break
+            }
+        }
+        if let expectedCount, expectedCount != UInt32(clamping: state.connections.count) {
+            throw .damaged("\(state.connections.count) connection records, the globals say \(expectedCount)")
+        }
+        return state
+    }
+
+    private static func decodeRecord(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> Record {
+        var key: UInt64?
+        var r = Record(key: 0)
+        var reader = Reader(bytes)
+        while let (tag, v) = try reader.next() {
+            switch FieldTag(rawValue: tag) {
+            case .key: key = try Reader.u64(v, "key")
+            case .dialect:
+                guard let d = Dialect(rawValue: try Reader.u8(v, "dialect")) else { throw .damaged("unknown dialect \(v.first ?? 0)") }
+                r.dialect = d
+            case .peerAddress: r.peerAddress = try Reader.text(v, "peer address")
+            case .room: r.room = RoomName(bytes: Array(v))  // byte strings, not necessarily UTF-8
+            case .identity: r.identity = Array(v)
+            case .nickname: r.nickname = try Reader.text(v, "nickname")
+            case .input: r.input = Array(v)
+            case .output: r.output = Array(v)
+            case .heartbeatRemainingMs: r.heartbeatRemainingMs = try Reader.u32(v, "heartbeat time remaining")
+            case .partialFrameRemainingMs: r.partialFrameRemainingMs = try Reader.u32(v, "partial frame time remaining")
+            case .violations: r.violations = try Reader.u32(v, "violations")
+            case .frameMilliTokens: r.frameMilliTokens = Int64(bitPattern: try Reader.u64(v, "frame tokens"))
+            case .byteMilliTokens: r.byteMilliTokens = Int64(bitPattern: try Reader.u64(v, "byte tokens"))
+            case .draining: r.draining = try Reader.u8(v, "draining") != 0
+            case nil: break
+            }
+        }
+        guard let key else { throw .damaged("a connection record without its key") }
+        r.key = key
+        return r
+    }
+}
+
+// MARK: - Records
+
+/// Appends tag-length-value records to one buffer.
+private struct Writer {
+    var bytes: [UInt8] = []
+
+    mutating func bytes(_ tag: UInt16, _ value: some Collection<UInt8>) {
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(value.count))
+        bytes += value
+    }
+
+    mutating func u8(_ tag: UInt16, _ v: UInt8) {
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(1))
+        bytes.append(v)
+    }
+
+    mutating func u32(_ tag: UInt16, _ v: UInt32) {
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(4))
+        appendLE(&bytes, v)
+    }
+
+    mutating func u64(_ tag: UInt16, _ v: UInt64) {
+        appendLE(&bytes, tag)
+        appendLE(&bytes, UInt32(8))
+        appendLE(&bytes, v)
+    }
+
+    /// A record whose value is the records `body` writes, in place: its
+    /// length is patched once they are written.
+    mutating func nested(_ tag: UInt16, _ body: (inout Writer) -> Void) {
+        appendLE(&bytes, tag)
+        let lengthAt = bytes.count
+        appendLE(&bytes, UInt32(0))
+        body(&self)
+        patch(at: lengthAt, UInt32(bytes.count - lengthAt - 4))
+    }
+
+    mutating func patch<T: FixedWidthInteger>(at offset: Int, _ value: T) {
+        withUnsafeBytes(of: value.littleEndian) { v in
+            for i in 0..<v.count { bytes[offset + i] = v[i] }
+        }
+    }
+}
+
+/// Walks tag-length-value records; every length is checked against what is left.
+private struct Reader {
+    let bytes: UnsafeRawBufferPointer
+    var offset = 0
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    /// The next record; nil at the end.
+    mutating func next() throws(HandOverState.DecodeError) -> (UInt16, UnsafeRawBufferPointer)? {
+        guard offset < bytes.count else { return nil }
+        guard bytes.count - offset >= 6 else { throw .damaged("a record header cut off at byte \(offset)") }
+        let tag = readLE(bytes, offset, as: UInt16.self)
+        let length = Int(readLE(bytes, offset + 2, as: UInt32.self))
+        offset += 6
+        guard length <= bytes.count - offset else {
+            throw .damaged("record \(tag) claims \(length) bytes, \(bytes.count - offset) are left")
+        }
+        defer { offset += length }
+        return (tag, UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + length)]))
+    }
+
+    static func u8(_ v: UnsafeRawBufferPointer, _ what: String) throws(HandOverState.DecodeError) -> UInt8 {
+        guard v.count == 1 else { throw .damaged("\(what): \(v.count) bytes, expected 1") }
+        return v[0]
+    }
+
+    static func u32(_ v: UnsafeRawBufferPointer, _ what: String) throws(HandOverState.DecodeError) -> UInt32 {
+        guard v.count == 4 else { throw .damaged("\(what): \(v.count) bytes, expected 4") }
+        return readLE(v, 0, as: UInt32.self)
+    }
+
+    static func u64(_ v: UnsafeRawBufferPointer, _ what: String) throws(HandOverState.DecodeError) -> UInt64 {
+        guard v.count == 8 else { throw .damaged("\(what): \(v.count) bytes, expected 8") }
+        return readLE(v, 0, as: UInt64.self)
+    }
+
+    static func text(_ v: UnsafeRawBufferPointer, _ what: String) throws(HandOverState.DecodeError) -> String {
+        guard let s = String(validating: v, as: UTF8.self) else { throw .damaged("\(what) is not UTF-8") }
+        return s
+    }
+}
+
+private func appendLE<T: FixedWidthInteger>(_ out: inout [UInt8], _ value: T) {
+    var v = value.littleEndian
+    withUnsafeBytes(of: &v) { out.append(contentsOf: $0) }
+}
+
+private func readLE<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ offset: Int, as: T.Type) -> T {
+    T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+}
+
+/// CRC-32 (IEEE 802.3, the polynomial of zlib and PNG), table-driven: a
+/// damaged hand-over state is found before any of it is believed.
+public enum CRC32 {
+    private static let table: [UInt32] = (0..<256).map { n in
+        var c = UInt32(n)
+        for _ in 0..<8 { c = c & 1 != 0 ? 0xEDB8_8320 ^ (c >> 1) : c >> 1 }
+        return c
+    }
+
+    /// The CRC-32 of `bytes` ("123456789" gives 0xCBF43926).
+    public static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        table.withUnsafeBufferPointer { t in
+            for b in bytes { crc = t[Int((crc ^ UInt32(b)) & 0xFF)] ^ (crc >> 8) }
+        }
+        return crc ^ 0xFFFF_FFFF
+    }
+
+    public static func checksum(_ bytes: [UInt8]) -> UInt32 {
+        bytes.withUnsafeBytes { checksum($0) }
+    }
+}

@@ -1,0 +1,205 @@
+/// The crash-path state (README.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
+/// not lose, written into a memfd in systemd's fd store as things happen,
+/// so that the process restarted after a SIGKILL, a watchdog abort or a trap
+/// puts every client back in its room. Its connections' descriptors are in
+/// a live box (RoomcastServer's `LiveStore`), keyed by the same serials.
+///
+/// What it keeps per connection: dialect, peer address, room and identity
+/// (the join's UserInfo), the partial input frame (losing part of a frame
+/// would desynchronise the stream), and the rest of a frame the kernel took
+/// only part of (`torn`: the client must get it whole before anything
+/// else). Owed whole frames, violations and rate limits live only in
+/// memory and are lost in a crash (a restart carries them, `HandOverState`).
+///
+/// ## The format (little-endian)
+///
+///     header   magic "RCLV" (4) | version u16 | 0 u16 | generation u32
+///              | 0 u32 | committed bytes u64 | 0 u64            (32 bytes)
+///     records  length u32 (of what follows) | kind u8 | serial u32 | payload
+///
+/// `committed` counts the record bytes after the header that are complete:
+/// the writer copies a record first and moves `committed` after it, so a
+/// process killed in the middle of a record leaves it out. A reader skips
+/// record kinds it does not know (a newer writer's); the meaning of a known
+/// kind never changes within a version.
+public enum LiveLog {
+    public static let magic: [UInt8] = Array("RCLV".utf8)
+    public static let version: UInt16 = 1
+    public static let headerSize = 32
+    /// Offset of the `committed` word in the header.
+    public static let committedOffset = 16
+
+    public enum Kind: UInt8 {
+        /// A new connection: dialect u8 | address length u16 | address.
+        case open = 1
+        /// Its room and identity now: flags u8 (1: in a room, 2: joined)
+        /// | room length u32 | room | identity length u32 | identity.
+        case room = 2
+        /// Its partial input frame now (empty: none): length u32 | bytes.
+        case input = 3
+        /// The rest of a frame the kernel took part of (empty: none): length u32 | bytes.
+        case torn = 4
+        /// It is gone (its descriptor may still be in the box: close it).
+        case close = 5
+    }
+
+    /// One connection as the log leaves it.
+    public struct Connection: Equatable, Sendable {
+        public var dialect: HandOverState.Dialect = .ltb
+        public var peerAddress = ""
+        public var room: RoomName?
+        public var identity: [UInt8]?
+        public var input: [UInt8] = []
+        public var torn: [UInt8] = []
+        public init() {}
+    }
+
+    /// The 32-byte header of generation `generation`, nothing committed.
+    public static func header(generation: UInt32) -> [UInt8] {
+        var out = magic
+        put(&out, version)
+        put(&out, UInt16(0))
+        put(&out, generation)
+        put(&out, UInt32(0))
+        put(&out, UInt64(0))
+        put(&out, UInt64(0))
+        return out
+    }
+
+    // MARK: - Records
+
+    public static func open(_ serial: UInt32, dialect: HandOverState.Dialect, address: String) -> [UInt8] {
+        let a = Array(address.utf8.prefix(Int(UInt16.max)))
+        var payload: [UInt8] = [dialect.rawValue]
+        put(&payload, UInt16(a.count))
+        payload += a
+        return record(.open, serial, payload)
+    }
+
+    public static func room(_ serial: UInt32, room: RoomName?, identity: [UInt8]?) -> [UInt8] {
+        let r = room?.bytes ?? []
+        let i = identity ?? []
+        var payload: [UInt8] = [(room != nil ? 1 : 0) | (identity != nil ? 2 : 0)]
+        put(&payload, UInt32(r.count))
+        payload += r
+        put(&payload, UInt32(i.count))
+        payload += i
+        return record(.room, serial, payload)
+    }
+
+    public static func input(_ serial: UInt32, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.input, serial, bytes) }
+
+    public static func torn(_ serial: UInt32, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.torn, serial, bytes) }
+
+    public static func close(_ serial: UInt32) -> [UInt8] { record(.close, serial, []) }
+
+    private static func bytesRecord(_ kind: Kind, _ serial: UInt32, _ bytes: some Collection<UInt8>) -> [UInt8] {
+        var payload: [UInt8] = []
+        payload.reserveCapacity(4 + bytes.count)
+        put(&payload, UInt32(bytes.count))
+        payload += bytes
+        return record(kind, serial, payload)
+    }
+
+    private static func record(_ kind: Kind, _ serial: UInt32, _ payload: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(9 + payload.count)
+        put(&out, UInt32(5 + payload.count))
+        out.append(kind.rawValue)
+        put(&out, serial)
+        return out + payload
+    }
+
+    // MARK: - Replay
+
+    /// The generation a log says it is (nil: not a live log).
+    public static func generation(_ bytes: UnsafeRawBufferPointer) -> UInt32? {
+        guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(magic) else { return nil }
+        return get(bytes, 8, UInt32.self)
+    }
+
+    /// The connections alive at the end of the committed records, by serial.
+    /// - Throws: `HandOverState.DecodeError`: not a live log, a newer
+    ///   version, or a record cut short inside the committed part.
+    public static func replay(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError) -> [UInt32: Connection] {
+        guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(magic) else { throw .damaged("not a live log") }
+        let v = get(bytes, 4, UInt16.self)
+        guard v >= 1 else { throw .damaged("live log version 0") }
+        guard v <= version else { throw .unknownVersion(v) }
+        let committed = get(bytes, committedOffset, UInt64.self)
+        guard committed <= UInt64(bytes.count - headerSize) else { throw .damaged("\(committed) bytes committed in a \(bytes.count)-byte log") }
+        let end = headerSize + Int(committed)
+        var live: [UInt32: Connection] = [:]
+        var offset = headerSize
+        while offset < end {
+            guard end - offset >= 9 else { throw .damaged("a record header cut off at \(offset)") }
+            let length = Int(get(bytes, offset, UInt32.self))
+            guard length >= 5, length <= end - offset - 4 else { throw .damaged("a record of \(length) bytes at \(offset)") }
+            let kind = bytes[offset + 4]
+            let serial = get(bytes, offset + 5, UInt32.self)
+            var p = Payload(bytes, start: offset + 9, end: offset + 4 + length)
+            switch Kind(rawValue: kind) {
+            case .open:
+                var c = Connection()
+                guard let d = HandOverState.Dialect(rawValue: try p.u8()) else { throw .damaged("unknown dialect") }
+                c.dialect = d
+                c.peerAddress = String(decoding: try p.bytes(Int(try p.u16())), as: UTF8.self)
+                live[serial] = c
+            case .room:
+                let flags = try p.u8()
+                let room = try p.bytes(Int(try p.u32()))
+                let identity = try p.bytes(Int(try p.u32()))
+                live[serial]?.room = flags & 1 != 0 ? RoomName(bytes: Array(room)) : nil
+                live[serial]?.identity = flags & 2 != 0 ? Array(identity) : nil
+            case .input:
+                live[serial]?.input = Array(try p.bytes(Int(try p.u32())))
+            case .torn:
+                live[serial]?.torn = Array(try p.bytes(Int(try p.u32())))
+            case .close:
+                live[serial] = nil
+            case nil:
+                break
+            }
+            offset += 4 + length
+        }
+        return live
+    }
+
+    private struct Payload {
+        let bytes: UnsafeRawBufferPointer
+        var at: Int
+        let end: Int
+
+        init(_ bytes: UnsafeRawBufferPointer, start: Int, end: Int) {
+            self.bytes = bytes
+            self.at = start
+            self.end = end
+        }
+
+        mutating func bytes(_ n: Int) throws(HandOverState.DecodeError) -> UnsafeRawBufferPointer.SubSequence {
+            guard n >= 0, n <= end - at else { throw .damaged("a field of \(n) bytes runs past its record") }
+            defer { at += n }
+            return bytes[at..<(at + n)]
+        }
+
+        mutating func u8() throws(HandOverState.DecodeError) -> UInt8 { try bytes(1).first! }
+
+        mutating func u16() throws(HandOverState.DecodeError) -> UInt16 {
+            let b = try bytes(2)
+            return UInt16(b[b.startIndex]) | UInt16(b[b.startIndex + 1]) << 8
+        }
+
+        mutating func u32() throws(HandOverState.DecodeError) -> UInt32 {
+            let b = try bytes(4)
+            return (0..<4).reduce(UInt32(0)) { $0 | UInt32(b[b.startIndex + $1]) << (8 * UInt32($1)) }
+        }
+    }
+
+    private static func put<T: FixedWidthInteger>(_ out: inout [UInt8], _ value: T) {
+        withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) }
+    }
+
+    private static func get<T: FixedWidthInteger>(_ bytes: UnsafeRawBufferPointer, _ offset: Int, _: T.Type) -> T {
+        T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+}

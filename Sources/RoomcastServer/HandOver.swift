@@ -1,0 +1,480 @@
+import Glibc
+import RoomcastCore
+import RoomcastIO
+
+// HandOver.swift owns restarts that keep every client connected (README.md,
+// "Restarts, upgrades and crashes"). On the SIGTERM of a `systemctl restart` (announced
+// by the unit's stop hook, StopHook.swift) the process stops reading, lets
+// the iteration's output go, and then puts every client descriptor into a
+// box (HandOverBox.swift) and everything it knows about them into a sealed
+// memfd (`HandOverState`), stores both in systemd's fd store and exits 0.
+// The next process takes them back in `start()`, before READY=1, through
+// the same `Server.open` as an accepted client plus the state: its room and
+// identity (no join or leave is announced), partial input, owed output,
+// heartbeat time left, violations and token buckets.
+//
+// A `systemctl stop`, SIGINT, or a SIGTERM outside systemd stops as
+// before (Lifecycle.swift): systemd 252 empties the fd store on a stop.
+
+/// The FDNAME= of what roomcastd keeps in systemd's fd store. A socket
+/// unit's FileDescriptorName= must not be one of these.
+enum HandOverName {
+    /// Read ends of boxes of client descriptors.
+    static let box = "box"
+    /// The sealed memfd with the `HandOverState`.
+    static let state = "state"
+    /// The standalone unit's own listeners (`listen-ltb`, `listen-json`):
+    /// kept in the store so that the port stays open across restarts.
+    static func listener(_ dialect: Dialect) -> String { dialect == .json ? "listen-json" : "listen-ltb" }
+
+    static func isListener(_ name: String) -> Bool { name == listener(.ltb) || name == listener(.json) }
+
+    /// The crash path's live box and log (LiveStore.swift), one generation each:
+    /// `livebox-<n>`, `livestate-<n>`.
+    static let liveBoxPrefix = "livebox-"
+    static let liveStatePrefix = "livestate-"
+
+    static func isLive(_ name: String) -> Bool { liveGeneration(name) != nil }
+
+    static func liveGeneration(_ name: String) -> UInt32? {
+        for prefix in [liveBoxPrefix, liveStatePrefix] where name.hasPrefix(prefix) { return UInt32(name.dropFirst(prefix.count)) }
+        return nil
+    }
+
+    static func isStored(_ name: String) -> Bool { name == box || name == state || isListener(name) || isLive(name) }
+}
+
+/// Where the daemon is with a hand-over.
+struct HandOverControl {
+    /// The stop hook said the coming SIGTERM is a restart (SIGUSR2).
+    var restartAnnounced = false
+    /// The SIGTERM of a restart arrived: hand over at the end of this iteration.
+    var pending = false
+    /// When the process stopped reading, on its monotonic clock, in ms.
+    var stoppedReadingMs: UInt64 = 0
+    /// Everything is in systemd's hands: exit without closing anything.
+    var done = false
+    /// Listeners the previous process stored (standalone unit), not yet adopted.
+    var storedListeners: [(fd: Int32, name: String)] = []
+    /// The highest live box or log generation the previous process left.
+    var previousLiveGeneration: UInt32 = 0
+    /// How long storing may wait for PID 1 to take the descriptors, in ms:
+    /// the only wait of the hand-over, at exit (PID 1 is idle then, waiting
+    /// for this process to exit) and at start, before READY=1.
+    var timeoutMs: UInt64 = 2_000
+}
+
+extension Server {
+    /// The largest state accepted from the previous process, in bytes.
+    static let maxStateBytes = 1 << 30
+
+    /// Whether a SIGTERM may hand the connections over: the unit has an fd
+    /// store (`$FDSTORE`), and notifications go out on our own socket,
+    /// which can carry descriptors without blocking.
+    var canHandOver: Bool { systemd.fdStoreMax > 0 && systemd.channel != nil }
+
+    // MARK: - The old process
+
+    /// SIGUSR2 from the stop hook: the SIGTERM that follows is a restart.
+    func announceRestart() {
+        guard canHandOver else {
+            logger.notice("SIGUSR2 (a restart is coming), but the unit has no fd store (FDSTORE= unset): the connections will be closed")
+            return
+        }
+        handOver.restartAnnounced = true
+        logger.info("systemd is restarting roomcastd: the \(plural(table.count, "connection")) will be handed over to the next process")
+    }
+
+    /// The SIGTERM of a restart: no more accepting or reading; the hand-over
+    /// itself happens at the end of this loop iteration, once the frames it
+    /// read are relayed and flushed.
+    func beginHandOver() {
+        stopping = true
+        handOver.pending = true
+        handOver.stoppedReadingMs = clock()
+        for i in listeners.all.indices {
+            if let r = listeners.all[i].registration { selector.deregister(r) }
+            listeners.all[i].registration = nil
+        }
+        systemd.notify("STOPPING=1\nSTATUS=Restarting: handing \(plural(table.count, "client")) over")
+        logger.info("received SIGTERM for a restart: handing \(plural(table.count, "connection")) in \(plural(relay.roomCount, "room")) over")
+    }
+
+    /// Boxes and stores everything (the end of the iteration of `beginHandOver`).
+    /// - Returns: true when the connections are in systemd's hands and the
+    ///   process may exit; false when that failed and a graceful stop
+    ///   began instead (the clients see a close, as on a stop).
+    func completeHandOver() -> Bool {
+        handOver.pending = false
+        let now = clock()
+        let ids = table.ids.filter { table.state($0) != .closing }
+        var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
+        state.socketOptions = socketOptions
+        // The live box (LiveStore.swift) already holds every descriptor: a
+        // second box would put each client in flight twice, and descriptors
+        // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes
+        // hit this machine's 20,000 and the store failed with ETOOMANYREFS).
+        let liveBox = liveBoxForHandOver(ids)
+        if let liveBox { state.boxName = liveBox }
+        for id in ids {
+            var r = record(of: id, nowMs: now)
+            if liveBox != nil { r.key = UInt64(live!.slot(id).serial) }
+            state.connections.append(r)
+        }
+        var boxes: [Int32] = []
+        var stateFD: Int32 = -1
+        do throws(SystemError) {
+            if liveBox == nil { boxes = try pack(ids.map { (UInt32($0), table.slots[$0]!.fd) }) }
+            stateFD = try StateFile.make(state.encode(), name: "roomcast-state")
+        } catch {
+            boxes.forEach(Sys.close)
+            return handOverFailed(error.description)
+        }
+        defer {
+            boxes.forEach(Sys.close)
+            Sys.close(stateFD)
+        }
+        // The state first: a box that arrives without it is still served
+        // (fresh state), the reverse would lose the clients.
+        if let problem = storeBeforeExit([stateFD], name: HandOverName.state) { return handOverFailed("storing the state: " + problem) }
+        if !boxes.isEmpty, let problem = storeBeforeExit(boxes, name: HandOverName.box) { return handOverFailed("storing the box: " + problem) }
+        let processed = barrier(timeoutMs: handOver.timeoutMs)
+        handOver.done = true
+        let ms = clock() - handOver.stoppedReadingMs
+        logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
+                    + " (\(liveBox ?? "a new box"))" + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
+                    ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount)])
+        systemd.notify("STATUS=Restarting: \(plural(ids.count, "client")) handed over")
+        return true
+    }
+
+    /// The options `Socket.configureClient` sets from the config: the next
+    /// process sets them again only if they differ (a setsockopt(2) per
+    /// option and client is most of a restore's time otherwise).
+    var socketOptions: String {
+        "nodelay sndbuf=\(Socket.clientSendBuffer) ltb-timeout=\(config.heartbeat.timeoutMs) json-keepalive=\(config.json.tcpKeepaliveMs)"
+    }
+
+    /// What the next process needs to know about connection `id`.
+    func record(of id: Int, nowMs now: UInt64) -> HandOverState.Record {
+        let c = table.slots[id]!
+        var r = HandOverState.Record(key: UInt64(id))
+        r.dialect = c.dialect == .json ? .json : .ltb
+        r.peerAddress = c.address
+        r.room = relay.roomName(of: id)
+        r.identity = relay.identity(of: id)
+        r.nickname = c.nickname
+        r.input = c.input
+        // At the end of a pass every batch range was written or copied
+        // into the queue (`Fanout.endPass`): the queue is all that is owed.
+        r.output = table.fanout.outboxes[id].queue.withReadableBytes { Array($0) }
+        (r.heartbeatRemainingMs, r.partialFrameRemainingMs) = heartbeats.remaining(id, c.dialect, nowMs: now)
+        r.violations = UInt32(clamping: relay.violations(of: id))
+        r.frameMilliTokens = c.frameBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
+        r.byteMilliTokens = c.byteBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
+        r.draining = table.state(id) == .draining
+        return r
+    }
+
+    /// Puts every descriptor in boxes: one, unless a box fills up (each
+    /// holds thousands), then another.
+    /// - Returns: the boxes' read ends (their write ends are closed).
+    private func pack(_ entries: [(key: UInt32, fd: Int32)]) throws(SystemError) -> [Int32] {
+        var readEnds: [Int32] = []
+        var rest = entries[...]
+        while !rest.isEmpty {
+            let box: HandOverBox
+            do { box = try HandOverBox.make() } catch {
+                readEnds.forEach(Sys.close)
+                throw error
+            }
+            let (n, error) = box.put(rest)
+            box.seal()
+            readEnds.append(box.readEnd)
+            if error != nil || n == 0 {
+                readEnds.forEach(Sys.close)
+                throw error ?? SystemError("hand-over box", errno: EAGAIN)
+            }
+            rest = rest.dropFirst(n)
+        }
+        return readEnds
+    }
+
+    /// FDSTORE=1 of `fds` as `name` with FDPOLL=0 (PID 1 would drop a box
+    /// whose write end closed: measured with systemd 252).
+    /// - Returns: nil when sent, else what went wrong.
+    func storeBeforeExit(_ fds: [Int32], name: String) -> String? {
+        sendWaiting("FDSTORE=1\nFDNAME=\(name)\nFDPOLL=0", fds: fds)
+    }
+
+    /// One notification carrying `fds`, retried every ms while PID 1's queue
+    /// is full, for at most `HandOverControl.timeoutMs`: a bounded wait, only
+    /// at exit and at start (before READY=1).
+    /// - Returns: nil when sent, else what went wrong.
+    private func sendWaiting(_ state: String, fds: [Int32]) -> String? {
+        guard let channel = systemd.channel else { return "no notify socket" }
+        let deadline = monotonicMilliseconds() + handOver.timeoutMs
+        while true {
+            switch channel.send(state, fds: fds) {
+            case .sent: return nil
+            case .failed: return SystemError("sendmsg to the notify socket", errno: errno).description
+            case .wouldBlock:
+                if monotonicMilliseconds() >= deadline { return "PID 1 did not read its notify socket for \(formatDuration(ms: handOver.timeoutMs))" }
+                usleep(1_000)
+            }
+        }
+    }
+
+    /// BARRIER=1 (sd_notify_barrier(3)): waits until PID 1 has handled every
+    /// notification sent before, so that the stores are done when this
+    /// process exits. At most `timeoutMs`.
+    private func barrier(timeoutMs: UInt64) -> Bool {
+        var p: [Int32] = [-1, -1]
+        guard pipe(&p) == 0 else { return false }
+        defer { Sys.close(p[0]) }
+        let problem = sendWaiting("BARRIER=1", fds: [p[1]])
+        Sys.close(p[1])
+        guard problem == nil else { return false }
+        // PID 1 closes its copy of the write end once it got here: POLLHUP.
+        var pfd = pollfd(fd: p[0], events: 0, revents: 0)
+        let deadline = monotonicMilliseconds() + timeoutMs
+        while true {
+            let left = deadline > monotonicMilliseconds() ? deadline - monotonicMilliseconds() : 0
+            let n = poll(&pfd, 1, Int32(left))
+            if n > 0 { return pfd.revents & Int16(POLLHUP) != 0 }
+            if n == 0 || errno != EINTR { return false }
+        }
+    }
+
+    /// The hand-over could not complete: stop gracefully instead.
+    private func handOverFailed(_ why: String) -> Bool {
+        logger.error("cannot hand the connections over: \(why); stopping and closing them instead",
+                     ["REASON": "handover_failed", "DETAIL": why])
+        stopping = false
+        handOver.restartAnnounced = false
+        beginStop(signal: SIGTERM)
+        return false
+    }
+
+    // MARK: - The new process
+
+    /// At start, before READY=1: takes back the connections the previous
+    /// process left in the fd store, handed over (`state` and its box) or,
+    /// after a crash, in its live box and log (LiveStore.swift), and empties
+    /// the store of them.
+    /// - Returns: "restored N connections in M rooms in T ms" for STATUS=,
+    ///   or nil when there was nothing.
+    func restoreHandedOver() -> String? {
+        var stored = systemd.storedFDs.filter { !HandOverName.isListener($0.name) }
+        guard !stored.isEmpty else { return nil }
+        let started = clock()
+        let names = Set(stored.map(\.name))
+        for name in names {
+            if let g = HandOverName.liveGeneration(name) { handOver.previousLiveGeneration = max(handOver.previousLiveGeneration, g) }
+        }
+        let summary: String
+        let previous = readHandOverState(stored)
+        stored.removeAll { $0.name == HandOverName.state }
+        if previous != nil || names.contains(HandOverName.box) {
+            summary = restoreGraceful(previous, &stored, started: started)
+            closeCopies(stored)  // live boxes and logs: copies of what was handed over, and closed ones
+        } else {
+            // A crash, or a hand-over whose state is unusable and whose box
+            // is the live one: the live log is the best there is.
+            summary = restoreAfterCrash(stored, started: started, after: names.contains(HandOverName.state) ? "a restart" : "a crash")
+        }
+        // PID 1 still holds its copies: let them go.
+        for name in names.sorted() { systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)") }
+        return summary
+    }
+
+    /// The newest hand-over state in `stored` that reads; nil (logged) when
+    /// there is none or it is damaged or of an unknown version. Closes them.
+    private func readHandOverState(_ stored: [(fd: Int32, name: String)]) -> HandOverState? {
+        var previous: HandOverState?
+        var problem: (reason: String, text: String)?
+        for s in stored where s.name == HandOverName.state {
+            do throws(SystemError) {
+                let bytes = try StateFile.read(s.fd, limit: Self.maxStateBytes)
+                do throws(HandOverState.DecodeError) {
+                    let state = try HandOverState.decode(bytes)
+                    if state.stoppedReadingMs >= previous?.stoppedReadingMs ?? 0 { previous = state }
+                } catch {
+                    problem = (error.reason, error.description)
+                }
+            } catch {
+                problem = ("handover_state_unreadable", error.description)
+            }
+            Sys.close(s.fd)
+        }
+        if let problem, previous == nil {
+            logger.warning("\(problem.text): the handed-over connections get the state the live log has, or fresh state",
+                           ["REASON": problem.reason])
+        }
+        return previous
+    }
+
+    /// A hand-over: the box the state names (or `box`, with fresh state
+    /// when there is no state). Takes what it used out of `stored`.
+    private func restoreGraceful(_ previous: HandOverState?, _ stored: inout [(fd: Int32, name: String)], started: UInt64) -> String {
+        if previous == nil {
+            logger.warning("a hand-over box came without its state: serving its connections with fresh state (rooms, identities and owed output are lost)",
+                           ["REASON": "handover_state_missing"])
+        }
+        var records: [UInt64: HandOverState.Record] = [:]
+        records.reserveCapacity(previous?.connections.count ?? 0)
+        for r in previous?.connections ?? [] { records[r.key] = r }
+        // The box: the connections themselves. A live box also holds closed
+        // connections (no record: closed here); a box of its own holds only
+        // connections to serve (no record: fresh state). Without a state,
+        // the live boxes are not trusted (their closed entries are not known).
+        let boxName = previous?.boxName ?? HandOverName.box
+        let live = boxName != HandOverName.box
+        var entries: [HandOverBox.Entry] = []
+        for b in stored where b.name == boxName {
+            let (found, trouble) = HandOverBox.drain(b.fd)
+            entries += found
+            if let trouble {
+                logger.warning("hand-over box damaged: \(trouble); serving its connections with fresh state", ["REASON": "handover_box_damaged", "DETAIL": trouble])
+            }
+        }
+        stored.removeAll { $0.name == boxName }
+
+        let now = clock()
+        let configure = previous?.socketOptions != socketOptions
+        var restored = 0, fresh = 0, closed = 0
+        for e in entries {
+            let record = e.key.flatMap { records.removeValue(forKey: UInt64($0)) }
+            if record == nil && live && e.key != nil {
+                Sys.close(e.fd)  // closed before the hand-over: the live box kept a copy
+                closed += 1
+                continue
+            }
+            guard restoreConnection(fd: e.fd, record, now: now, configure: configure || record == nil) != nil else { continue }
+            restored += 1
+            if record == nil { fresh += 1 }
+        }
+        if fresh > 0 && previous != nil {
+            logger.warning("\(plural(fresh, "handed-over connection")) had no state: served as new connections", ["REASON": "handover_state_missing"])
+        }
+        if !records.isEmpty {
+            logger.warning("\(plural(records.count, "connection")) in the hand-over state came without a descriptor (FileDescriptorStoreMax= too low?): lost",
+                           ["REASON": "handover_descriptor_missing"])
+        }
+        let done = clock()
+        let summary = "restored \(plural(restored, "connection")) in \(plural(relay.roomCount, "room")) in \(done - started) ms"
+        // The gap: the old process stopped reading at `stoppedReadingMs` on
+        // the same (system-wide monotonic) clock.
+        let gapMs = previous.flatMap { p in p.stoppedReadingMs > 0 && done >= p.stoppedReadingMs ? done - p.stoppedReadingMs : nil }
+        let gap = gapMs.map { " (\($0) ms after the previous process, \(previous!.writer), stopped reading)" } ?? ""
+        logger.info(summary + gap, ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(done - started),
+                                    "GAP_MS": gapMs.map(String.init) ?? ""])
+        if closed > 0 { logger.debug("closed \(plural(closed, "descriptor")) of connections closed before the hand-over") }
+        return summary
+    }
+
+    /// One handed-over connection back in the table: `Server.open`, as for
+    /// an accepted client, then the state it had (`record`; nil: fresh
+    /// state, as a new client).
+    /// - Returns: its new id, or nil when it could not be watched (closed).
+    @discardableResult
+    func restoreConnection(fd: Int32, _ r: HandOverState.Record?, now: UInt64, configure: Bool = true) -> Int? {
+        let dialect: Dialect = r.map { $0.dialect == .json ? .json : .ltb } ?? dialectOfListener(for: fd)
+        let address = r?.peerAddress ?? SocketAddress.of(fd, peer: true)?.text ?? "?"
+        // Options live on the socket and travelled with it: set again only
+        // when the config changed them across the restart.
+        if configure { Socket.configureClient(fd, dialect: dialect, config: config) }
+        guard let id = open(fd: fd, dialect: dialect, address: address, now: now) else { return nil }
+        guard let r else { return id }
+        relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations))
+        table.slots[id]!.nickname = r.nickname
+        table.slots[id]!.input = r.input
+        if let t = r.frameMilliTokens, let b = table.slots[id]!.frameBucket {
+            table.slots[id]!.frameBucket = TokenBucket(rate: b.rate, burst: b.burst, milliTokens: Int(clamping: t), nowMs: now)
+        }
+        if let t = r.byteMilliTokens, let b = table.slots[id]!.byteBucket {
+            table.slots[id]!.byteBucket = TokenBucket(rate: b.rate, burst: b.burst, milliTokens: Int(clamping: t), nowMs: now)
+        }
+        heartbeats.restore(id, dialect, heartbeatMs: r.heartbeatRemainingMs, partialFrameMs: r.partialFrameRemainingMs,
+                           hasPartialFrame: !r.input.isEmpty, nowMs: now)
+        if !r.output.isEmpty {
+            r.output.withUnsafeBytes { table.fanout.outboxes[id].queue.append($0) }
+            setWriteInterest(id, true)  // armed while the queue holds a backlog (Output.swift)
+        }
+        if r.draining {
+            // It had sent EOF and left its room: only its owed output remains.
+            relay.forget(id)
+            heartbeats.untrack(id)
+            if r.output.isEmpty { table.close(id, "closed by peer") } else { startDraining(id, now: now) }
+        }
+        return id
+    }
+
+    /// The dialect of the listener a connection came through (by local
+    /// port), for a connection handed over without its state.
+    private func dialectOfListener(for fd: Int32) -> Dialect {
+        func port(_ address: String) -> Substring { address[(address.lastIndex(of: ":").map { address.index(after: $0) } ?? address.startIndex)...] }
+        let local = port(Socket.localAddress(fd))
+        return listeners.all.first { port($0.address) == local }?.dialect ?? .ltb
+    }
+
+    // MARK: - Listeners of the standalone unit
+
+    /// A listener the previous process stored (standalone unit) if one is
+    /// bound to `address`: adopted, so the port never closed.
+    func adoptStoredListener(_ address: ListenAddress, _ dialect: Dialect) -> Int32? {
+        guard let i = handOver.storedListeners.firstIndex(where: {
+            $0.name == HandOverName.listener(dialect) && Socket.localAddress($0.fd) == address.description
+        }) else { return nil }
+        return handOver.storedListeners.remove(at: i).fd
+    }
+
+    /// With an fd store and listeners of its own (standalone unit): keeps
+    /// them in the store, so that clients connecting during a restart or a
+    /// crash wait in the backlog instead of being refused. Stored listeners
+    /// the config no longer names are closed and removed.
+    func keepListenersInStore() {
+        handOver.storedListeners.forEach { Sys.close($0.fd) }
+        handOver.storedListeners = []
+        guard canHandOver, systemd.listenFDs.isEmpty else { return }
+        for dialect in [Dialect.ltb, .json] {
+            let name = HandOverName.listener(dialect)
+            systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
+            let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)
+            if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
+                logger.warning("could not keep the \(name) listener in systemd's fd store (\(problem)): the port closes during restarts",
+                               ["REASON": "handover_failed"])
+            }
+        }
+    }
+}
+
+extension Heartbeats {
+    /// The time `id` has left before its deadlines, in ms, for a hand-over:
+    /// its heartbeat (nil: no deadline) and, for a JSON client in the
+    /// middle of a frame, that frame's.
+    func remaining(_ id: Int, _ dialect: Dialect, nowMs: UInt64) -> (heartbeat: UInt32?, partialFrame: UInt32?) {
+        func left(_ t: LivenessTracker) -> UInt32? {
+            guard t.timeoutMs > 0, let last = t.lastActive(of: id) else { return nil }
+            let deadline = last &+ t.timeoutMs
+            return UInt32(clamping: deadline > nowMs ? deadline - nowMs : 0)
+        }
+        return (left(dialect == .json ? json : ltb), dialect == .json ? left(jsonPartial) : nil)
+    }
+
+    /// A handed-over connection, which `Server.open` tracked from now: its
+    /// deadlines become `nowMs` plus the time they had left.
+    mutating func restore(_ id: Int, _ dialect: Dialect, heartbeatMs: UInt32?, partialFrameMs: UInt32?, hasPartialFrame: Bool, nowMs: UInt64) {
+        /// The last sign of life that puts the deadline `remaining` ms from now.
+        func since(_ remaining: UInt32, _ timeoutMs: UInt64) -> UInt64 {
+            let deadline = nowMs &+ UInt64(remaining)
+            return deadline > timeoutMs ? deadline - timeoutMs : 0
+        }
+        if let ms = heartbeatMs {
+            if dialect == .json { json.track(id, nowMs: since(ms, json.timeoutMs)) } else { ltb.track(id, nowMs: since(ms, ltb.timeoutMs)) }
+        }
+        if dialect == .json && hasPartialFrame {
+            jsonPartial.track(id, nowMs: partialFrameMs.map { since($0, jsonPartial.timeoutMs) } ?? nowMs)
+        }
+    }
+}

@@ -1,0 +1,69 @@
+// The crash path's log: records appended as things happen,
+// replayed by the process restarted after a crash.
+import Testing
+@testable import RoomcastCore
+
+@Suite("Live log (crash path)")
+struct LiveLogTests {
+    static func log(_ records: [[UInt8]], committed: Int? = nil, version: UInt16 = 1) -> [UInt8] {
+        var bytes = LiveLog.header(generation: 7)
+        let body = records.flatMap { $0 }
+        bytes += body
+        let c = UInt64(committed ?? body.count)
+        for i in 0..<8 { bytes[LiveLog.committedOffset + i] = UInt8(truncatingIfNeeded: c >> (8 * UInt64(i))) }
+        bytes[4] = UInt8(version)
+        return bytes
+    }
+
+    static func replay(_ bytes: [UInt8]) throws(HandOverState.DecodeError) -> [UInt32: LiveLog.Connection] {
+        try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replay(raw) } }.get()
+    }
+
+    @Test func replayFollowsEveryRecord() throws {
+        let identity: [UInt8] = [8, 1, 18, 5] + Array("alice".utf8)
+        let bytes = Self.log([
+            LiveLog.open(1, dialect: .ltb, address: "203.0.113.7:5"),
+            LiveLog.open(2, dialect: .json, address: "[::1]:9"),
+            LiveLog.open(3, dialect: .ltb, address: "x"),
+            LiveLog.room(1, room: "r1", identity: identity),
+            LiveLog.input(1, [1, 2, 3]),
+            LiveLog.torn(2, [4, 5]),
+            LiveLog.room(2, room: nil, identity: nil),
+            LiveLog.close(3),
+            LiveLog.input(1, []),
+            LiveLog.input(1, [6]),
+        ])
+        let live = try Self.replay(bytes)
+        #expect(Set(live.keys) == [1, 2])
+        #expect(live[1]?.room == "r1" && live[1]?.identity == identity && live[1]?.input == [6] && live[1]?.peerAddress == "203.0.113.7:5")
+        #expect(live[2]?.dialect == .json && live[2]?.room == nil && live[2]?.torn == [4, 5])
+        #expect(bytes.withUnsafeBytes { LiveLog.generation($0) } == 7)
+    }
+
+    @Test func roomNamesAreBytes() throws {
+        let room = RoomName(bytes: [0xC3, 0x28, 0x00])
+        let live = try Self.replay(Self.log([LiveLog.open(1, dialect: .ltb, address: "a"), LiveLog.room(1, room: room, identity: nil)]))
+        #expect(live[1]?.room == room)
+    }
+
+    @Test func onlyCommittedRecordsCount() throws {
+        let records = [LiveLog.open(1, dialect: .ltb, address: "a"), LiveLog.room(1, room: "r", identity: [1])]
+        // A record copied but not committed (the process died in between) is ignored.
+        let live = try Self.replay(Self.log(records, committed: records[0].count))
+        #expect(live[1]?.room == nil)
+        #expect(try Self.replay(Self.log([])) == [:])
+    }
+
+    @Test func unknownKindsAreSkippedAndDamageIsFound() throws {
+        var unknown: [UInt8] = [6, 0, 0, 0, 99, 1, 0, 0, 0, 42]  // kind 99, serial 1, one byte
+        unknown += LiveLog.room(1, room: "r", identity: nil)
+        let live = try Self.replay(Self.log([LiveLog.open(1, dialect: .ltb, address: "a"), unknown]))
+        #expect(live[1]?.room == "r")
+        #expect(throws: HandOverState.DecodeError.unknownVersion(2)) { try Self.replay(Self.log([], version: 2)) }
+        #expect(throws: (any Error).self) { try Self.replay(Array(Self.log([LiveLog.open(1, dialect: .ltb, address: "abc")]).dropLast())) }
+        var cut = Self.log([LiveLog.open(1, dialect: .ltb, address: "abc")])
+        cut[LiveLog.headerSize] = 200  // a record claiming more than was committed
+        #expect(throws: (any Error).self) { try Self.replay(cut) }
+        #expect(throws: (any Error).self) { try Self.replay([1, 2, 3]) }
+    }
+}
