@@ -236,14 +236,10 @@ extension Server {
         Sys.close(p[1])
         guard problem == nil else { return false }
         // PID 1 closes its copy of the write end once it got here: POLLHUP.
+        // (Sys.call retries an EINTR with the whole timeout: a bound, still.)
         var pfd = pollfd(fd: p[0], events: 0, revents: 0)
-        let deadline = monotonicMilliseconds() + timeoutMs
-        while true {
-            let left = deadline > monotonicMilliseconds() ? deadline - monotonicMilliseconds() : 0
-            let n = poll(&pfd, 1, Int32(left))
-            if n > 0 { return pfd.revents & Int16(POLLHUP) != 0 }
-            if n == 0 || errno != EINTR { return false }
-        }
+        guard case .done(let n)? = try? Sys.call("poll", { poll(&pfd, 1, Int32(clamping: timeoutMs)) }), n > 0 else { return false }
+        return pfd.revents & Int16(POLLHUP) != 0
     }
 
     /// The hand-over could not complete: stop gracefully instead.

@@ -91,7 +91,7 @@ final class JournalSocket {
 
     init(path: String) {
         self.path = path
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        fd = (try? Sys.blocking("socket") { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0) }) ?? -1
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         if bytes.count < MemoryLayout.size(ofValue: address.sun_path) {
@@ -106,10 +106,16 @@ final class JournalSocket {
     /// a socket file nobody listens on).
     private func connect() -> Int32 {
         guard fd >= 0 else { return EBADF }
-        let r = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        do {
+            _ = try Sys.blocking("connect") {
+                withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                }
+            }
+            return 0
+        } catch {
+            return error.errno
         }
-        return r == 0 ? 0 : errno
     }
 
     /// Sends one record without waiting (MSG_DONTWAIT).
@@ -117,13 +123,16 @@ final class JournalSocket {
         guard fd >= 0 else { return .failed(EBADF) }
         var reconnected = false
         while true {
-            let n = datagram.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
-            if n >= 0 { return .sent }
-            let e = errno
+            let e: Int32
+            do {
+                let r = try Sys.call("send") { datagram.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) } }
+                guard case .done = r else { return .wouldBlock }
+                return .sent
+            } catch {
+                e = error.errno
+            }
             switch e {
-            case EINTR:
-                continue
-            case EAGAIN, EWOULDBLOCK, ENOBUFS, ENOMEM:
+            case ENOBUFS, ENOMEM:
                 return .wouldBlock
             case ECONNREFUSED, ENOTCONN, ENOENT, EDESTADDRREQ:
                 // journald restarted (or was not there when we connected).

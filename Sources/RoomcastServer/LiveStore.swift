@@ -278,9 +278,7 @@ extension Server {
     /// takes it, else at the end of a later iteration.
     private func queueLiveStore(name: String, fd: Int32, thenRemove: String?) {
         guard let live else { return }
-        let copy = dup(fd)
-        guard copy >= 0 else { return }
-        _ = fcntl(copy, F_SETFD, FD_CLOEXEC)
+        guard let copy = try? Sys.blocking("fcntl(F_DUPFD_CLOEXEC)", { fcntl(fd, F_DUPFD_CLOEXEC, 0) }) else { return }
         live.pendingStores.append(.init(name: name, fds: [copy], thenRemove: thenRemove))
         sendLiveStores()
     }

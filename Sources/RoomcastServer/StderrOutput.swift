@@ -108,26 +108,26 @@ final class StderrOutput {
     /// One attempt: bytes written (> 0), 0 when it would block, -1 on an error.
     private func writeSome(_ bytes: UnsafeRawBufferPointer) -> Int {
         guard bytes.count > 0 else { return 0 }
-        while true {
-            let n: Int
+        let result: Syscall<Int>
+        do {
             switch mode {
             case .socket(let fd):
-                n = send(fd, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                result = try Sys.call("send") { send(fd, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
             case .nonBlocking(let fd), .direct(let fd):
-                n = Glibc.write(fd, bytes.baseAddress, bytes.count)
+                result = try Sys.call("write") { Glibc.write(fd, bytes.baseAddress, bytes.count) }
             case .polled(let fd):
                 var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                guard poll(&p, 1, 0) == 1 else { return 0 }
-                n = Glibc.write(fd, bytes.baseAddress, min(bytes.count, Int(PIPE_BUF)))
+                guard case .done(1) = try Sys.call("poll", { poll(&p, 1, 0) }) else { return 0 }
+                result = try Sys.call("write") { Glibc.write(fd, bytes.baseAddress, min(bytes.count, Int(PIPE_BUF))) }
             case .discard:
                 return bytes.count
             }
-            if n >= 0 { return n }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN, EWOULDBLOCK: return 0
-            default: return -1
-            }
+        } catch {
+            return -1
+        }
+        switch result {
+        case .done(let n): return n
+        case .wouldBlock: return 0
         }
     }
 }

@@ -127,8 +127,8 @@ final class NotifyChannel {
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path) }
         length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (first == UInt8(ascii: "@") ? 0 : 1))
-        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { return nil }
+        guard let fd = try? Sys.blocking("socket", { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0) }) else { return nil }
+        self.fd = fd
     }
 
     deinit { Sys.close(fd) }
@@ -179,20 +179,20 @@ final class NotifyChannel {
     /// would not help. ENOBUFS and ENOMEM are retried like EAGAIN.
     private func send(_ state: String) -> Outcome {
         var message = Array(state.utf8)
-        while true {
-            let n = message.withUnsafeMutableBytes { bytes in
-                withUnsafePointer(to: &address) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                        sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), $0, length)
+        do {
+            let r = try Sys.call("sendto") {
+                message.withUnsafeMutableBytes { bytes in
+                    withUnsafePointer(to: &address) {
+                        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                            sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), $0, length)
+                        }
                     }
                 }
             }
-            if n >= 0 { return .sent }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN, EWOULDBLOCK, ENOBUFS, ENOMEM: return .wouldBlock
-            default: return .failed
-            }
+            guard case .done = r else { return .wouldBlock }
+            return .sent
+        } catch {
+            return error.errno == ENOBUFS || error.errno == ENOMEM ? .wouldBlock : .failed
         }
     }
 }
