@@ -35,7 +35,7 @@ SWIFT      ?= swift
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
-# libhiredis-dev for the CHiredis target ([cluster], issue 14) and redis-server (with
+# libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
 # redis-cli) for the cluster tests, which start their own on ephemeral loopback ports.
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
@@ -275,7 +275,7 @@ bench-plot:
 bench-profile:
 	bench/profile.sh
 
-# Issue 14: one hot room on one daemon against the same room split across two
+# One hot room on one daemon against the same room split across two
 # daemons of a cluster (Redis pub/sub), and Redis's cost per frame (~2 minutes
 # plus the build); the projection to N daemons is in BENCHMARKS.md.
 bench-cluster:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make bench-cluster (issue 14): one hot room on one daemon against the same
+# make bench-cluster: one hot room on one daemon against the same
 # room split across two daemons of a cluster (Redis pub/sub), and what Redis
 # costs per frame on each daemon and in redis-server. BENCHMARKS.md
 # ("Cluster") projects N daemons from these figures.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tables of bench/cluster.sh (make bench-cluster, issue 14).
+"""The tables of bench/cluster.sh (make bench-cluster).
 
     cluster_table.py RUN.jsonl [--markdown OUT.md]
 
@@ -10,31 +10,15 @@ publishing daemon, on a receiving daemon and in redis-server from
 `perframe`) and the projection to N daemons that BENCHMARKS.md discusses.
 With several repetitions every value is the median. Standard library only.
 """
-import json
+import os
 import sys
 
-
-def median(vals):
-    vals = sorted(vals)
-    if not vals:
-        return float("nan")
-    mid = len(vals) // 2
-    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from table import median, read_results  # noqa: E402  (beside this file)
 
 
 def load(path):
-    machine, runs = {}, {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            d = json.loads(line)
-            if d.get("machine"):
-                machine = d
-            else:
-                runs.setdefault((d["setup"], d["workload"]), []).append(d)
-    return machine, runs
+    return read_results(path, lambda d: (d["setup"], d["workload"]))
 
 
 def per_frame_us(cpu_pct, frames_per_s):

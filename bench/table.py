@@ -16,7 +16,8 @@ import sys
 SERVERS = ("roomcast", "relay", "redis")
 
 
-def load(path):
+def read_results(path, key):
+    """The machine line and the runs of a results file, grouped by key(run)."""
     machine, runs = {}, {}
     with open(path) as f:
         for line in f:
@@ -27,14 +28,21 @@ def load(path):
             if d.get("machine"):
                 machine = d
             else:
-                # Runs from before the C relay carry no "server": their target names it.
-                runs.setdefault((d["mode"], d.get("server", d["target"])), []).append(d)
+                runs.setdefault(key(d), []).append(d)
+    return machine, runs
+
+
+def load(path):
+    # Runs from before the C relay carry no "server": their target names it.
+    machine, runs = read_results(path, lambda d: (d["mode"], d.get("server", d["target"])))
     ratios = {other: paired_ratios(runs, other) for other in ("relay", "redis")}
     return machine, {k: median_run(v) for k, v in runs.items()}, ratios
 
 
 def median(vals):
     vals = sorted(vals)
+    if not vals:
+        return float("nan")
     mid = len(vals) // 2
     return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
 

@@ -1,8 +1,8 @@
 // hiredis (Debian's libhiredis-dev, 0.14.1 on Debian 12): the async API,
 // driven by roomcastd's own epoll loop through its adapter hooks
-// (Sources/RoomcastServer/RedisConnection.swift; notes in
-// ../shared/notes/scaleout.md). redisAsyncCommand is variadic and does not
-// import: every command goes through redisAsyncCommandArgv.
+// (Sources/RoomcastServer/RedisConnection.swift). redisAsyncCommand is
+// variadic and does not import: every command goes through
+// redisAsyncCommandArgv.
 #ifndef ROOMCAST_CHIREDIS_SHIM_H
 #define ROOMCAST_CHIREDIS_SHIM_H
 

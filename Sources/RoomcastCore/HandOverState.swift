@@ -67,7 +67,7 @@ public struct HandOverState: Equatable, Sendable {
         public var peerAddress: String = ""
         /// The room it is in, its bytes as received; nil: none (it left).
         public var room: RoomName? = nil
-        /// The UserInfo body of its last join (PROTOCOL.md §4); nil: not joined.
+        /// The UserInfo body of its last join (docs/protocol.md §4); nil: not joined.
         public var identity: [UInt8]? = nil
         /// A JSON client's nickname (docs/protocol.md §7); nil: none yet.
         public var nickname: String? = nil

@@ -3,7 +3,7 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// Cluster.swift owns rooms that span daemons (issue 14; README "Running
+// Cluster.swift owns rooms that span daemons (README "Running
 // several daemons"; docs/protocol.md §12): the link to Redis pub/sub with
 // its two connections, what it publishes (every frame the relay relays,
 // through `RelayObserver`), what it subscribes to (the rooms with members
@@ -459,7 +459,7 @@ final class ClusterLink: RelayObserver {
 }
 
 extension Server {
-    /// Starts the cluster link when `[cluster] redis` is set (issue 14).
+    /// Starts the cluster link when `[cluster] redis` is set.
     func startCluster(now: UInt64) {
         guard let address = config.cluster.redis else { return }
         let link = ClusterLink(server: self, address: address, settings: config.cluster, byteOrder: config.protocol.byteOrder)

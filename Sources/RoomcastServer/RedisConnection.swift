@@ -4,8 +4,7 @@ import RoomcastCore
 import RoomcastIO
 
 // RedisConnection.swift owns one hiredis async context on the daemon's own
-// selector (issue 14; ../shared/notes/scaleout.md §2 has the measurements
-// behind every choice here): no thread of hiredis's own, no event library.
+// selector: no thread of hiredis's own, no event library.
 //
 // - hiredis's adapter hooks: `addWrite` only notes that output is waiting
 //   (hiredis calls it for every command); the loop calls

@@ -30,7 +30,7 @@ struct Options {
     var target = Target.roomcast
     var host = "127.0.0.1"
     var port: UInt16 = 9898
-    /// `--port P1,P2,...`: several daemons of one cluster (issue 14). The
+    /// `--port P1,P2,...`: several daemons of one cluster (one cluster). The
     /// publishers connect to the first; members are spread over all, round robin.
     var ports: [UInt16] = []
     var members = 100

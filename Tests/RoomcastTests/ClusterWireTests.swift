@@ -1,4 +1,4 @@
-// The cluster's wire (issue 14) without Redis: channel names, the envelope,
+// The cluster's wire without Redis: channel names, the envelope,
 // the sending side's numbering and the receiving side's late/gap rules, and
 // the relay's hooks (rooms opened and closed, frames relayed, remote frames
 // delivered).

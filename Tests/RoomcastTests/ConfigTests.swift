@@ -514,7 +514,7 @@ extension Substring {
     }
 }
 
-/// `[cluster]` (issue 14): the Redis address is numeric or a Unix socket,
+/// `[cluster]`: the Redis address is numeric or a Unix socket,
 /// never a host name, and every refusal names the file and line.
 @Suite struct ClusterConfigTests {
     @Test(arguments: [

@@ -1,4 +1,4 @@
-// Rooms that span daemons (issue 14): two or three real roomcastd on one
+// Rooms that span daemons: two or three real roomcastd on one
 // real redis-server, LTB and JSON clients on each. Every test has a Redis
 // of its own; the suite runs its tests one at a time (each starts several
 // processes and some stop Redis for seconds).
@@ -49,7 +49,7 @@ struct SentFrames {
     }
 }
 
-@Suite("Cluster over Redis (issue 14)", .serialized)
+@Suite("Cluster over Redis", .serialized)
 struct ClusterIntegrationTests {
     @Test("a conversation across three daemons: byte-identical, per-sender ordered, echoes once, LTB and JSON alike")
     func conversationAcrossDaemons() throws {

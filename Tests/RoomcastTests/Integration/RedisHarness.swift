@@ -1,4 +1,4 @@
-// A real redis-server for the cluster tests (issue 14): on an ephemeral
+// A real redis-server for the cluster tests: on an ephemeral
 // loopback port, no persistence, its own temp directory; killed (and
 // restarted, stopped, continued) on demand and at the end however the test
 // ends. `make deps` installs it (Debian's redis-server).
