@@ -115,6 +115,13 @@ final class Fanout: FrameSink {
         self.relaySettings = relaySettings
     }
 
+    /// The queues and the batch are manually managed memory: a fan-out that
+    /// goes away (a `Server` made by a test, say) frees them.
+    deinit {
+        batch.release()
+        for i in outboxes.indices { outboxes[i].queue.release() }
+    }
+
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {
         let hard = outputHardBytes
         let ltb = store(frame)
