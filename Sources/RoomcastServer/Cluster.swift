@@ -45,21 +45,21 @@ final class ClusterLink: RelayObserver {
     /// Channels per SUBSCRIBE when resubscribing every room.
     static let subscribeBatch = 1_000
 
-    private unowned let server: Server
+    unowned let server: Server
     let address: RedisAddress
     private(set) var settings: Config.Cluster
     /// This daemon in the cluster: random, drawn at each start.
     let origin: UInt64
     let channels: ClusterChannels
-    private let heartbeatChannel: [UInt8]
+    let heartbeatChannel: [UInt8]
     /// The kind of every frame relayed here (one byte order per daemon).
-    private let kind: ClusterEnvelope.Kind
-    private let byteOrder: ByteOrder
+    let kind: ClusterEnvelope.Kind
+    let byteOrder: ByteOrder
     private(set) var publisher: RedisConnection!
     private(set) var subscriber: RedisConnection!
 
     private var streams: ClusterStreams
-    private var tracker = ClusterSequenceTracker()
+    var tracker = ClusterSequenceTracker()
     /// Rooms with members here: what the subscriber should listen to.
     private var rooms: Set<RoomName> = []
     /// What the subscriber has asked Redis for since it connected.
@@ -68,16 +68,16 @@ final class ClusterLink: RelayObserver {
     private var changedRooms: [RoomName] = []
 
     private(set) var published: UInt64 = 0
-    private(set) var received: UInt64 = 0
+    var received: UInt64 = 0
     private(set) var dropped: UInt64 = 0
-    private(set) var gaps: UInt64 = 0
-    private(set) var late: UInt64 = 0
+    var gaps: UInt64 = 0
+    var late: UInt64 = 0
 
     /// The next heartbeat to ourselves through Redis, in ms.
     private var nextHeartbeatMs: UInt64 = 0
     private var heartbeatSeq: UInt64 = 0
     /// When our own heartbeat last came back (or the round trip (re)started), in ms.
-    private var lastHeardMs: UInt64 = 0
+    var lastHeardMs: UInt64 = 0
     /// Both connections were ready at least once.
     private var everUp = false
     /// When the cluster last went down (nil: it is up, or never was), and
@@ -88,7 +88,7 @@ final class ClusterLink: RelayObserver {
 
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
-    private var converted: [UInt8] = []
+    var converted: [UInt8] = []
 
     init(server: Server, address: RedisAddress, settings: Config.Cluster, byteOrder: ByteOrder) {
         self.server = server
@@ -109,7 +109,7 @@ final class ClusterLink: RelayObserver {
     }
 
     var nowMs: UInt64 { server.clock() }
-    private var logger: Logger { server.logger }
+    var logger: Logger { server.logger }
     var connected: Bool { publisher.state == .ready && subscriber.state == .ready }
 
     var figures: ClusterFigures {
@@ -338,7 +338,7 @@ final class ClusterLink: RelayObserver {
     }
 
     /// A connection answered its handshake; the cluster is up when both have.
-    private func becameReady(_ c: RedisConnection, now: UInt64) {
+    func becameReady(_ c: RedisConnection, now: UInt64) {
         c.state = .ready
         c.attempts = 0
         lastHeardMs = now  // the heartbeat round trip starts over
@@ -354,82 +354,6 @@ final class ClusterLink: RelayObserver {
             logger.notice("cluster: Redis at \(address) is back after \(formatDuration(ms: now - down.ms)) "
                           + "(\(plural(attemptsWhileDown, "connection attempt"))); resubscribed to \(plural(subscribed.count, "room")); "
                           + "\(dropped - down.dropped) frames were not published meanwhile", fields)
-        }
-    }
-
-    // MARK: - Replies
-
-    /// hiredis's reply callback (`reply` nil: the context is being freed).
-    func redisReply(_ c: RedisConnection, _ tag: RedisReplyTag, _ reply: UnsafeMutablePointer<redisReply>?) {
-        guard let reply else { return }
-        switch tag {
-        case .ping:
-            let now = nowMs
-            c.replied(nowMs: now)
-            if reply.pointee.type == REDIS_REPLY_ERROR {
-                c.pendingReset = "PING: \(reply.text)"
-            } else if c.state == .handshaking {
-                becameReady(c, now: now)
-            }
-        case .publish:
-            c.replied(nowMs: c.outstanding > 1 ? nowMs : 0)
-            if reply.pointee.type == REDIS_REPLY_ERROR {
-                logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(reply.text)",
-                                   ["REDIS": address.description, "DETAIL": reply.text])
-            }
-        case .subscription:
-            subscription(c, reply)
-        }
-    }
-
-    private func subscription(_ c: RedisConnection, _ reply: UnsafeMutablePointer<redisReply>) {
-        guard let type = reply.bytes(at: 0), let channel = reply.bytes(at: 1) else { return }
-        if type.count == 7, let payload = reply.bytes(at: 2), memcmp(type.baseAddress!, "message", 7) == 0 {
-            message(payload)
-        } else if type.count == 9, memcmp(type.baseAddress!, "subscribe", 9) == 0, c.state == .handshaking,
-                  channel.elementsEqual(heartbeatChannel) {
-            becameReady(c, now: nowMs)
-        }
-    }
-
-    /// One message from a room channel or our heartbeat channel.
-    private func message(_ payload: UnsafeRawBufferPointer) {
-        let v: ClusterEnvelope.View
-        switch ClusterEnvelope.decode(payload) {
-        case .success(let view):
-            v = view
-        case .failure(let error):
-            logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
-                               "cluster: dropped a \(payload.count)-byte message that is not a roomcast envelope: \(error)",
-                               ["REDIS": address.description])
-            return
-        }
-        if v.origin == origin {
-            if v.kind == .heartbeat { lastHeardMs = nowMs }
-            return  // our own frames: relayed here already
-        }
-        guard v.kind != .heartbeat else { return }
-        let room = RoomName(bytes: Array(v.room))
-        switch tracker.check(room: room, origin: v.origin, stream: v.stream, seq: v.seq) {
-        case .late:
-            late &+= 1
-            return
-        case .deliver(let missed):
-            if missed > 0 {
-                gaps &+= missed
-                logger.peerWarning(reason: "cluster_gap", nowMs: nowMs,
-                                   "cluster: \(missed) frames from daemon \(ClusterEnvelope.hex(v.origin)) to \(room) never arrived "
-                                   + "(lost in Redis or while a connection was down)",
-                                   ["ROOM": room.string, "ORIGIN": ClusterEnvelope.hex(v.origin), "LENGTH": String(missed)])
-            }
-        }
-        received &+= 1
-        let sender = String(decoding: v.address, as: UTF8.self)
-        if v.kind == kind {
-            server.deliverFromCluster(v.frame, room: room, address: sender)
-        } else {
-            ClusterEnvelope.convertHeader(v.frame, from: byteOrder == .little ? .big : .little, to: byteOrder, into: &converted)
-            converted.withUnsafeBytes { server.deliverFromCluster($0, room: room, address: sender) }
         }
     }
 
@@ -455,26 +379,5 @@ final class ClusterLink: RelayObserver {
         }
         if unsubscribe.count > 1 { subscriber.command(unsubscribe, .subscription) }
         if subscribe.count > 1 { subscriber.command(subscribe, .subscription) }
-    }
-}
-
-extension Server {
-    /// Starts the cluster link when `[cluster] redis` is set.
-    func startCluster(now: UInt64) {
-        guard let address = config.cluster.redis else { return }
-        let link = ClusterLink(server: self, address: address, settings: config.cluster, byteOrder: config.protocol.byteOrder)
-        cluster = link
-        relay.observer = link
-        link.start(nowMs: now)
-    }
-
-    /// A frame another daemon relayed to `room`, for the members here
-    /// (docs/protocol.md §12): the same fan-out as local frames, with no
-    /// local sender; JSON members see `address` as its `addr`.
-    @discardableResult
-    func deliverFromCluster(_ frame: UnsafeRawBufferPointer, room: RoomName, address: String) -> Int {
-        table.fanout.remoteSenderAddress = address
-        defer { table.fanout.remoteSenderAddress = "" }
-        return relay.deliver(frame, toRoom: room, sink: table.fanout)
     }
 }

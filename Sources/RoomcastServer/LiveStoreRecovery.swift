@@ -1,0 +1,80 @@
+import Glibc
+import RoomcastCore
+import RoomcastIO
+
+// LiveStoreRecovery.swift: after a crash, the next process takes the live
+// box and replays the live log (LiveStore.swift keeps them up to date).
+extension Server {
+    // MARK: - After a crash
+
+    /// Nothing was handed over (a SIGKILL, a watchdog abort, a trap): the
+    /// newest live log says which connections were alive and where; they
+    /// come out of the live boxes (once each, by serial) and go back to
+    /// their rooms. The descriptors of closed connections are closed.
+    /// - Returns: the summary for STATUS=.
+    func restoreAfterCrash(_ stored: [(fd: Int32, name: String)], started: UInt64, after: String = "a crash") -> String {
+        var alive: [UInt32: LiveLog.Connection]?
+        var problem: String?
+        var newest: UInt32 = 0
+        for s in stored where s.name.hasPrefix(HandOverName.liveStatePrefix) {
+            defer { Sys.close(s.fd) }
+            do throws(SystemError) {
+                let bytes = try StateFile.read(s.fd, limit: Self.maxStateBytes)
+                let generation = bytes.withUnsafeBytes { LiveLog.generation($0) } ?? 0
+                guard generation >= newest else { continue }
+                do throws(HandOverState.DecodeError) {
+                    alive = try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replay(raw) } }.get()
+                    newest = generation
+                } catch {
+                    problem = "\(error.reason): \(error.description)"
+                }
+            } catch {
+                problem = "handover_state_unreadable: \(error.description)"
+            }
+        }
+        if alive == nil && problem == nil { problem = "handover_state_missing: no live log" }
+        var restored = 0, dropped = 0
+        var seen = Set<UInt32>()
+        let now = clock()
+        for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
+            let (entries, trouble) = HandOverBox.drain(b.fd)
+            if let trouble { problem = "handover_box_damaged: \(trouble)" }
+            for e in entries {
+                if let key = e.key, seen.contains(key) {
+                    Sys.close(e.fd)  // a copy in an older box
+                    continue
+                }
+                if let key = e.key { seen.insert(key) }
+                guard let alive else {
+                    // No log to tell live from closed: all served with fresh
+                    // state; a closed one was shut down, reads EOF and goes.
+                    if restoreConnection(fd: e.fd, nil, now: now) != nil { restored += 1 }
+                    continue
+                }
+                guard let key = e.key, let c = alive[key] else {
+                    Sys.close(e.fd)  // closed before the crash
+                    dropped += 1
+                    continue
+                }
+                var r = HandOverState.Record(key: UInt64(key))
+                r.dialect = c.dialect
+                r.peerAddress = c.peerAddress
+                r.room = c.room
+                r.identity = c.identity
+                if c.dialect == .json, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
+                r.input = c.input
+                r.output = c.torn  // the rest of a frame the client got part of, before anything else
+                if restoreConnection(fd: e.fd, r, now: now) != nil { restored += 1 }
+            }
+        }
+        if let problem {
+            logger.warning("after \(after): \(problem)" + (alive == nil ? "; serving every connection in the live box with fresh state" : ""),
+                           ["REASON": String(problem.prefix { $0 != ":" })])
+        }
+        let ms = clock() - started
+        let line = "restored \(plural(restored, "connection")) in \(plural(relay.roomCount, "room")) in \(ms) ms after \(after)"
+        logger.info(line + " (\(plural(dropped, "descriptor")) of closed connections dropped)",
+                    ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(ms)])
+        return line
+    }
+}
