@@ -59,17 +59,24 @@ struct Notification: Sendable {
     }
 }
 
-/// A fake `$NOTIFY_SOCKET`: an AF_UNIX datagram socket read by a background
-/// thread that records every datagram with its arrival time.
-final class NotifySocket: Sendable {
+/// An AF_UNIX datagram socket bound at `path` and read by a background
+/// thread, which turns each datagram into a `Record` (`parse` gets its bytes,
+/// its arrival time `monotonicMs()` and its index) and keeps them in order;
+/// datagrams `parse` refuses are kept with its complaint. It can stop
+/// reading and read again, like a busy PID 1 or journald: the socket stays
+/// bound and its queue fills. The fake notify socket and the fake journald
+/// are both one.
+final class DatagramReader<Record: Sendable>: Sendable {
     let path: String
-    private let received = Mutex<[Notification]>([])
+    private let records = Mutex<[Record]>([])
+    private let refused = Mutex<[String]>([])
     private let stopped = Mutex(false)
     private let paused = Mutex(false)
     /// Set by the reading thread once it saw `paused` (it reads nothing more).
     private let pauseSeen = Mutex(false)
 
-    init(path: String) throws {
+    /// - Parameter bufferSize: the largest datagram read whole, in bytes.
+    init(path: String, bufferSize: Int, parse: @escaping @Sendable (_ bytes: [UInt8], _ atMs: Int64, _ index: Int) throws -> Record) throws {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw HarnessError("socket(AF_UNIX): \(errnoText())") }
         var addr = sockaddr_un()
@@ -84,12 +91,12 @@ final class NotifySocket: Sendable {
         var tv = timeval(tv_sec: 0, tv_usec: 50_000)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         self.path = path
-        Thread.detachNewThread { [self] in self.receiveLoop(fd) }
+        Thread.detachNewThread { [self] in self.receiveLoop(fd, bufferSize: bufferSize, parse) }
     }
 
     /// Runs on the background thread until `stop()`; owns and closes `fd`.
-    private func receiveLoop(_ fd: Int32) {
-        var buffer = [UInt8](repeating: 0, count: 4096)
+    private func receiveLoop(_ fd: Int32, bufferSize: Int, _ parse: ([UInt8], Int64, Int) throws -> Record) {
+        var buffer = [UInt8](repeating: 0, count: bufferSize)
         while !stopped.withLock({ $0 }) {
             if paused.withLock({ $0 }) {
                 pauseSeen.withLock { $0 = true }
@@ -98,10 +105,13 @@ final class NotifySocket: Sendable {
             }
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             guard n > 0 else { continue }
-            let text = String(decoding: buffer[0..<n], as: UTF8.self)
+            let raw = Array(buffer[0..<n])
             let at = monotonicMs()
-            received.withLock {
-                $0.append(Notification(index: $0.count, atMs: at, lines: text.split(separator: "\n").map(String.init)))
+            do {
+                let record = try parse(raw, at, records.withLock { $0.count })
+                records.withLock { $0.append(record) }
+            } catch {
+                refused.withLock { $0.append("\(error): \(String(decoding: raw.prefix(200), as: UTF8.self))") }
             }
         }
         close(fd)
@@ -110,10 +120,9 @@ final class NotifySocket: Sendable {
     /// Stops the background thread (it closes the socket within 50 ms).
     func stop() { stopped.withLock { $0 = true } }
 
-    /// Stops reading, like a PID 1 busy elsewhere: the socket stays bound, and
-    /// its queue fills (`net.unix.max_dgram_qlen` datagrams) and stays full.
-    /// Returns once the reading thread has stopped (it may take a datagram
-    /// that arrives meanwhile, none after the return).
+    /// Stops reading: the socket stays bound, and its queue fills and stays
+    /// full. Returns once the reading thread has stopped (it may take a
+    /// datagram that arrives meanwhile, none after the return).
     func pauseReading() {
         pauseSeen.withLock { $0 = false }
         paused.withLock { $0 = true }
@@ -123,18 +132,47 @@ final class NotifySocket: Sendable {
     /// Reads again (what the kernel queued comes first).
     func resumeReading() { paused.withLock { $0 = false } }
 
+    /// Every record so far.
+    var all: [Record] { records.withLock { $0 } }
+    /// Datagrams `parse` refused, with its complaint.
+    var refusedDatagrams: [String] { refused.withLock { $0 } }
+
+    /// The first record at `index >= from` satisfying `match`, waiting up to `timeout`.
+    func wait(from: Int, timeout: Duration, _ match: (Record) -> Bool) -> Record? {
+        var found: Record?
+        _ = waitUntil(timeout) {
+            found = all.dropFirst(from).first(where: match)
+            return found != nil
+        }
+        return found
+    }
+}
+
+/// A fake `$NOTIFY_SOCKET` that records every datagram with its arrival
+/// time. `pauseReading()` plays a PID 1 busy elsewhere
+/// (`net.unix.max_dgram_qlen` datagrams queue, then senders get EAGAIN).
+final class NotifySocket: Sendable {
+    private let socket: DatagramReader<Notification>
+
+    init(path: String) throws {
+        socket = try DatagramReader(path: path, bufferSize: 4096) { bytes, at, index in
+            Notification(index: index, atMs: at, lines: String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init))
+        }
+    }
+
+    var path: String { socket.path }
+    /// Stops the background thread (it closes the socket within 50 ms).
+    func stop() { socket.stop() }
+    func pauseReading() { socket.pauseReading() }
+    func resumeReading() { socket.resumeReading() }
+
     /// Every datagram so far.
-    var all: [Notification] { received.withLock { $0 } }
+    var all: [Notification] { socket.all }
 
     /// The first datagram at `index >= from` that has a line satisfying
     /// `match`, waiting up to `timeout` for it.
     func wait(from: Int = 0, timeout: Duration = .seconds(10), _ match: (String) -> Bool) -> Notification? {
-        var found: Notification?
-        _ = waitUntil(timeout) {
-            found = all.dropFirst(from).first { $0.lines.contains(where: match) }
-            return found != nil
-        }
-        return found
+        socket.wait(from: from, timeout: timeout) { $0.lines.contains(where: match) }
     }
 
     /// The first datagram at `index >= from` with the line `line` (e.g. `READY=1`).

@@ -77,15 +77,9 @@ func parseJournalDatagram(_ bytes: [UInt8]) throws -> [JournalField] {
 /// A fake `/run/systemd/journal/socket` read by a background thread, which
 /// can stop reading (a journald that does not keep up).
 final class FakeJournal: Sendable {
-    let path: String
     /// A private temp directory holding the socket, removed on deinit.
     private let directory: String
-    private let received = Mutex<[JournalRecord]>([])
-    private let malformed = Mutex<[String]>([])
-    private let stopped = Mutex(false)
-    private let paused = Mutex(false)
-    /// Set by the reading thread once it saw `paused` (it reads nothing more).
-    private let pauseSeen = Mutex(false)
+    private let socket: DatagramReader<JournalRecord>
 
     init() throws {
         var template = Array("/tmp/roomcast-journal-XXXXXX".utf8CString)
@@ -93,19 +87,9 @@ final class FakeJournal: Sendable {
             throw HarnessError("mkdtemp: \(errnoText())")
         }
         directory = String(cString: p)
-        path = directory + "/journal.sock"
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw HarnessError("socket(AF_UNIX): \(errnoText())") }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &addr.sun_path) { $0.copyBytes(from: Array(path.utf8)) }
-        let r = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        socket = try DatagramReader(path: directory + "/journal.sock", bufferSize: 512 * 1024) { raw, at, index in
+            JournalRecord(index: index, atMs: at, fields: try parseJournalDatagram(raw), raw: raw)
         }
-        guard r == 0 else { let e = errno; close(fd); throw HarnessError("bind \(path): \(errnoText(e))") }
-        var tv = timeval(tv_sec: 0, tv_usec: 50_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        Thread.detachNewThread { [self] in self.receiveLoop(fd) }
     }
 
     deinit {
@@ -113,50 +97,20 @@ final class FakeJournal: Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    private func receiveLoop(_ fd: Int32) {
-        var buffer = [UInt8](repeating: 0, count: 512 * 1024)
-        while !stopped.withLock({ $0 }) {
-            if paused.withLock({ $0 }) {
-                pauseSeen.withLock { $0 = true }
-                usleep(10_000)
-                continue
-            }
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            guard n > 0 else { continue }
-            let raw = Array(buffer[0..<n])
-            let at = monotonicMs()
-            do {
-                let fields = try parseJournalDatagram(raw)
-                received.withLock { $0.append(JournalRecord(index: $0.count, atMs: at, fields: fields, raw: raw)) }
-            } catch {
-                malformed.withLock { $0.append("\(error): \(String(decoding: raw.prefix(200), as: UTF8.self))") }
-            }
-        }
-        close(fd)
-    }
-
-    func stop() { stopped.withLock { $0 = true } }
+    var path: String { socket.path }
+    func stop() { socket.stop() }
     /// Stops reading; returns once the reading thread has stopped (it may
     /// take a datagram that arrives meanwhile, none after the return).
-    func pauseReading() {
-        pauseSeen.withLock { $0 = false }
-        paused.withLock { $0 = true }
-        _ = waitUntil(.seconds(1)) { pauseSeen.withLock { $0 } }
-    }
-    func resumeReading() { paused.withLock { $0 = false } }
+    func pauseReading() { socket.pauseReading() }
+    func resumeReading() { socket.resumeReading() }
 
     /// Every record so far.
-    var all: [JournalRecord] { received.withLock { $0 } }
+    var all: [JournalRecord] { socket.all }
     /// Datagrams that did not parse, with the parser's complaint.
-    var malformedDatagrams: [String] { malformed.withLock { $0 } }
+    var malformedDatagrams: [String] { socket.refusedDatagrams }
 
     /// The first record at `index >= from` satisfying `match`, waiting up to `timeout`.
     func wait(from: Int = 0, timeout: Duration = .seconds(5), _ match: (JournalRecord) -> Bool) -> JournalRecord? {
-        var found: JournalRecord?
-        _ = waitUntil(timeout) {
-            found = all.dropFirst(from).first(where: match)
-            return found != nil
-        }
-        return found
+        socket.wait(from: from, timeout: timeout, match)
     }
 }
