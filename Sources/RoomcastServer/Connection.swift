@@ -1,5 +1,4 @@
 import RoomcastCore
-import RoomcastIO
 
 // Connection.swift owns what one client connection is: its life-cycle
 // states and which moves between them are legal, the protocol it speaks,
@@ -53,9 +52,6 @@ struct CloseReason: Equatable {
 /// those by connection id).
 struct Connection {
     let fd: Int32
-    /// Its place in the selector; nil only between accept and registration
-    /// (`Outbox.registration` holds the same, for the output path).
-    var registration: Registration?
     let dialect: Dialect
     /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
     let address: String

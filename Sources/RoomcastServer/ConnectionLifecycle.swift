@@ -20,9 +20,7 @@ extension Server {
     func open(fd: Int32, dialect: Dialect, address: String, now: UInt64) -> Int? {
         let id = table.add(fd: fd, dialect: dialect, address: address)
         do {
-            let registration = try selector.register(fd, .connection(id))
-            table.slots[id]!.registration = registration
-            table.fanout.outboxes[id].registration = registration
+            table.fanout.outboxes[id].registration = try selector.register(fd, .connection(id))
         } catch {
             logger.error("cannot watch \(address)", ["CLIENT_ADDR": address, "REASON": "epoll_failed", "DETAIL": error.description])
             Sys.close(fd)
@@ -114,7 +112,7 @@ extension Server {
     /// Deregisters and closes the descriptor of `id` and frees its slot.
     func release(_ id: Int) {
         guard let c = table.slots[id] else { return }
-        if let r = c.registration { selector.deregister(r) }
+        if let r = table.fanout.outboxes[id].registration { selector.deregister(r) }
         liveClosing(id, fd: c.fd)  // shutdown(2) first while the live box holds a copy
         Sys.close(c.fd)
         table.remove(id)

@@ -7,7 +7,8 @@ import RoomcastIO
 struct Outbox {
     /// The connection's socket (for direct writes of large frames).
     var fd: Int32 = -1
-    /// Its place in the selector, for write interest.
+    /// Its place in the selector (write interest, deregistration at reap);
+    /// nil only between accept and registration.
     var registration: Registration?
     /// Bytes owed to the peer from earlier passes (what the kernel refused),
     /// and frames of this pass that could not stay in the batch. Written
