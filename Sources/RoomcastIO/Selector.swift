@@ -74,9 +74,6 @@ package final class Selector<Target> {
 
     deinit { Sys.close(epfd) }
 
-    /// Registrations in use.
-    package var count: Int { entries.count - freeSlots.count }
-
     @usableFromInline
     func control(_ op: Int32, _ name: StaticString, _ r: Registration, fd: Int32, readable: Bool, writable: Bool) throws(SystemError) {
         var ev = epoll_event(events: (readable ? EPOLLIN.rawValue : 0) | (writable ? EPOLLOUT.rawValue : 0),
@@ -115,12 +112,6 @@ package final class Selector<Target> {
     @inlinable
     package func isLive(_ r: Registration) -> Bool {
         Int(r.slot) < entries.count && entries[Int(r.slot)].generation == r.generation && entries[Int(r.slot)].live
-    }
-
-    /// Whether `r` is watched for writability (false when stale).
-    @inlinable
-    package func wantsWritable(_ r: Registration) -> Bool {
-        isLive(r) && entries[Int(r.slot)].writable
     }
 
     /// Changes what `r` is watched for; a no-op when it is stale or already so.

@@ -5,7 +5,7 @@ import RoomcastIO
 /// in a flat array so that a broadcast is one pass under one exclusive
 /// access, copying no connection struct.
 struct Outbox {
-    /// The connection's socket (for direct writes of large frames).
+    /// The connection's socket (for the end-of-pass send).
     var fd: Int32 = -1
     /// Its place in the selector (write interest, deregistration at reap);
     /// nil only between accept and registration.
