@@ -3,7 +3,9 @@
 #   make              release build (.build/release/roomcastd)
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
 #   make test         install missing Debian deps, build, run every test (the slow hostile
-#                     suites included), check the unit files
+#                     suites included), check the unit files, the man pages and the docs
+#   make check-docs   every relative link and anchor of README.md, BENCHMARKS.md and docs/*.md
+#                     resolves (docs/check-links.py), and README.md stays at most 250 lines
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
 #   make bench        benchmark roomcastd against a minimal C relay and Redis pub/sub (BENCHMARKS.md);
@@ -61,7 +63,7 @@ ASAN_BUILD   ?= .build-asan
 SOAK_SECONDS ?= 60
 SOAK_CLIENTS ?= 2000
 
-.PHONY: all build deps deps-systemd run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-config man static install uninstall clean
+.PHONY: all build deps deps-systemd run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-docs check-config man static install uninstall clean
 
 all: build
 
@@ -108,11 +110,12 @@ run: deps
 	$(SWIFT) build -c release
 	exec .build/release/roomcastd --config config/roomcastd.conf --listen 127.0.0.1:9898
 
-# The unit-file and man-page checks come first, so that the output closes on
+# The unit-file, man-page and docs checks come first, so that the output closes on
 # the test runner's summary.
 test: deps
 	systemd/check-units.sh
 	$(MAKE) --no-print-directory check-man
+	$(MAKE) --no-print-directory check-docs
 	$(SWIFT) build -c release
 	$(SWIFT) build --build-tests
 	ROOMCAST_SLOW_TESTS=1 $(SWIFT) test
@@ -179,6 +182,17 @@ check-man: man
 	done; \
 	if [ -n "$$out" ]; then echo "$$out" >&2; exit 1; fi; \
 	echo "check-man: mandoc -T lint and man --warnings: clean ($(MAN_PAGES))"
+
+# The documentation: the checker's self-test first (planted broken links must fail), then
+# every relative link and #anchor of the Markdown; README.md is the ten-minute read, the
+# detail lives in docs/ and the man pages.
+README_MAX_LINES := 250
+check-docs:
+	python3 docs/check-links.py --self-test >/dev/null
+	python3 docs/check-links.py
+	@lines=$$(wc -l < README.md); if [ "$$lines" -gt $(README_MAX_LINES) ]; then \
+	    echo "check-docs: README.md has $$lines lines, more than $(README_MAX_LINES): move the detail to docs/" >&2; exit 1; fi; \
+	echo "check-docs: README.md has $$lines lines (at most $(README_MAX_LINES))"
 
 # The installed binary carries the Swift runtime, so the unit needs nothing from the
 # toolchain. Its own build path keeps it from relinking the dynamic .build/release one.
