@@ -1,5 +1,5 @@
 /// What one roomcastd process hands to the next across a restart or an
-/// upgrade (README.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
+/// upgrade (docs/operations.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
 /// output paths, the heartbeat wheels and the rate limits keep about it.
 /// The descriptors themselves travel in a box (an AF_UNIX socketpair, see
 /// RoomcastServer's `HandOverBox`); each is matched to its record by `key`.

@@ -1,4 +1,4 @@
-/// The crash-path state (README.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
+/// The crash-path state (docs/operations.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
 /// not lose, written into a memfd in systemd's fd store as things happen,
 /// so that the process restarted after a SIGKILL, a watchdog abort or a trap
 /// puts every client back in its room. Its connections' descriptors are in

@@ -3,8 +3,8 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// Cluster.swift owns rooms that span daemons (README "Running
-// several daemons"; docs/protocol.md §12): the link to Redis pub/sub with
+// Cluster.swift owns rooms that span daemons (docs/cluster.md;
+// docs/protocol.md §12): the link to Redis pub/sub with
 // its two connections, what it publishes (every frame the relay relays,
 // through `RelayObserver`), what it subscribes to (the rooms with members
 // here), what it delivers (other daemons' frames, through

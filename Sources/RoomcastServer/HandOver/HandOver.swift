@@ -2,7 +2,7 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// HandOver.swift owns restarts that keep every client connected (README.md,
+// HandOver.swift owns restarts that keep every client connected (docs/operations.md,
 // "Restarts, upgrades and crashes"). On the SIGTERM of a `systemctl restart` (announced
 // by the unit's stop hook, StopHook.swift) the process stops reading, lets
 // the iteration's output go, and then puts every client descriptor into a

@@ -3,7 +3,7 @@ import RoomcastCore
 import RoomcastIO
 
 // LiveStore.swift owns the crash path of a restart that keeps the clients
-// (README.md, "Restarts, upgrades and crashes"): a
+// (docs/operations.md, "Restarts, upgrades and crashes"): a
 // SIGKILL, a watchdog abort or a trap gives no chance to hand anything
 // over, so what a crash must not lose is in systemd's fd store all along:
 //
