@@ -182,8 +182,10 @@ check-man: man
 
 # The installed binary carries the Swift runtime, so the unit needs nothing from the
 # toolchain. Its own build path keeps it from relinking the dynamic .build/release one.
+# -z now (with the linker's default RELRO): the GOT is read-only after start,
+# as Debian's hardening flags make it (https://wiki.debian.org/Hardening).
 static:
-	$(SWIFT) build -c release --static-swift-stdlib --build-path .build-static
+	$(SWIFT) build -c release --static-swift-stdlib --build-path .build-static -Xlinker -z -Xlinker now
 
 install: static man
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast" \
