@@ -9,6 +9,8 @@
 #   make bench        benchmark roomcastd against a minimal C relay and Redis pub/sub (BENCHMARKS.md);
 #                     bench-relay, bench-plot, bench-profile
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
+#   make deb          the Debian package roomcast_VERSION_ARCH.deb (packaging/deb/);
+#                     lint-deb runs lintian on it
 #   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
 #                     and checks install, socket activation, status, journal, reload,
 #                     watchdog, stop, restarts that keep every client, and the units
@@ -40,6 +42,15 @@ SWIFT      ?= swift
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
+# Only for make deb: dpkg-shlibdeps, dpkg-gencontrol (dpkg-dev); lint-deb: lintian.
+DEB_PACKAGES_DEB := dpkg-dev lintian
+
+# The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
+# must start with it). The package is named as dpkg-name(1) would name it.
+VERSION  := $(shell sed -n 's/^public let roomcastVersion = "\(.*\)"$$/\1/p' Sources/RoomcastCore/Version.swift)
+DEB_ARCH  = $(shell dpkg --print-architecture)
+DEB       = roomcast_$(VERSION)_$(DEB_ARCH).deb
+DEB_BUILD := .build/deb
 
 # The man pages: scdoc sources in man/, troff built into .build/man.
 MAN_PAGES := roomcastd.8 roomcastd.conf.5 roomcast.1
@@ -61,7 +72,7 @@ ASAN_BUILD   ?= .build-asan
 SOAK_SECONDS ?= 60
 SOAK_CLIENTS ?= 2000
 
-.PHONY: all build deps deps-systemd run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-config man static install uninstall clean
+.PHONY: all build deps deps-systemd deps-deb deb lint-deb run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-config man static install uninstall clean
 
 all: build
 
@@ -100,6 +111,13 @@ deps-systemd: deps
 	    echo "deps-systemd: installing $(DEB_PACKAGES_SYSTEMD)"; \
 	    $(SUDO) apt-get update -q; \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_SYSTEMD); \
+	fi
+
+deps-deb:
+	@if ! command -v dpkg-shlibdeps >/dev/null || ! command -v lintian >/dev/null; then \
+	    echo "deps-deb: installing $(DEB_PACKAGES_DEB)"; \
+	    $(SUDO) apt-get update -q; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_DEB); \
 	fi
 
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
@@ -216,6 +234,20 @@ uninstall:
 	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
+# The Debian package, built from `make install` into a staging tree with
+# Debian's paths (units in /lib/systemd/system, as Debian 12's packages ship
+# them), then packaged by packaging/deb/build with dpkg's own tools.
+deb: deps-deb
+	rm -rf $(DEB_BUILD)
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_BUILD)/debian/roomcast \
+	    PREFIX=/usr SYSCONFDIR=/etc UNITDIR=/lib/systemd/system MANDIR=/usr/share/man
+	packaging/deb/build $(VERSION) $(DEB_BUILD) $(DEB)
+
+# Debian's checks on the package: any error or warning fails (the ones
+# explained away are in packaging/deb/lintian-overrides).
+lint-deb: deb
+	lintian --fail-on error,warning --info $(DEB)
+
 # Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
 # ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
 # make; its input is left in $(FUZZ_BUILD)/artifacts/ and becomes a unit test.
@@ -247,6 +279,7 @@ fuzz:
 
 clean:
 	rm -rf .build .build-static .build-bench $(FUZZ_BUILD) $(ASAN_BUILD)
+	rm -f roomcast_*.deb
 
 # Benchmarks (BENCHMARKS.md). Their own build path, so they never relink the
 # .build/release binaries of `make` or a test run that is going on.
