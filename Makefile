@@ -11,9 +11,10 @@
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make deb          the Debian package roomcast_VERSION_ARCH.deb (packaging/deb/);
 #                     lint-deb runs lintian on it
-#   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
-#                     and checks install, socket activation, status, journal, reload,
-#                     watchdog, stop, restarts that keep every client, and the units
+#   make test-systemd boots a real systemd 252 in systemd-nspawn, installs the .deb into it
+#                     with apt and checks install, socket activation, status, journal, reload,
+#                     watchdog, stop, restarts that keep every client, the units, apt remove
+#                     and purge, and that make install lays out the same files
 #                     (systemd/test-systemd.py); needs root
 #   make bench-restart 10,000 chatting clients across a restart and a SIGKILL in the same
 #                     container: the gap and PID 1's CPU (bench/restart.py); needs root
@@ -155,9 +156,10 @@ soak:
 check-units:
 	systemd/check-units.sh
 
-# Under a real systemd 252 (root, as CI runs): the install goes into a staging folder that
-# the container mounts at /usr/local and /etc/roomcast; the Debian root is made once and
-# cached; systemd/sandbox boots it, runs the suite and tears everything down.
+# Under a real systemd 252 (root, as CI runs): the Debian root is made once and cached;
+# systemd/sandbox boots it, runs the suite and tears everything down. The suite installs
+# the .deb with apt and compares the make install tree staged beside it; bench-restart
+# runs the make install tree, which the container mounts at /usr/local and /etc/roomcast.
 SANDBOX = systemd/sandbox $(SYSTEMD_ROOT) \
 	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/usr/local:/usr/local \
 	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/etc/roomcast:/etc/roomcast
@@ -168,7 +170,9 @@ stage-systemd: deps-systemd
 	systemd/prepare-root $(SYSTEMD_ROOT)
 
 test-systemd: stage-systemd
-	$(SANDBOX) -- python3 systemd/test-systemd.py --stage $(CURDIR)/$(SYSTEMD_STAGE)
+	$(MAKE) --no-print-directory deb
+	systemd/sandbox $(SYSTEMD_ROOT) -- python3 systemd/test-systemd.py \
+	    --deb $(CURDIR)/$(DEB) --install-stage $(CURDIR)/$(SYSTEMD_STAGE)
 
 # Restarts that keep the clients: BENCH_RESTART_CLIENTS (default 10,000) chatting clients across a
 # `systemctl restart` and a SIGKILL under the same real systemd 252 (root):
