@@ -43,8 +43,7 @@ SWIFT      ?= swift
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
-# Only for make deb: dpkg-shlibdeps, dpkg-gencontrol (dpkg-dev); lint-deb: lintian.
-DEB_PACKAGES_DEB := dpkg-dev lintian
+# Only for make deb: dpkg-shlibdeps, dpkg-gencontrol (dpkg-dev); make lint-deb: lintian.
 
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
 # must start with it). The package is named as dpkg-name(1) would name it.
@@ -115,10 +114,10 @@ deps-systemd: deps
 	fi
 
 deps-deb:
-	@if ! command -v dpkg-shlibdeps >/dev/null || ! command -v lintian >/dev/null; then \
-	    echo "deps-deb: installing $(DEB_PACKAGES_DEB)"; \
+	@if ! command -v dpkg-shlibdeps >/dev/null || ! command -v dpkg-gencontrol >/dev/null; then \
+	    echo "deps-deb: installing dpkg-dev"; \
 	    $(SUDO) apt-get update -q; \
-	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_DEB); \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q dpkg-dev; \
 	fi
 
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
@@ -250,6 +249,11 @@ deb: deps-deb
 # Debian's checks on the package: any error or warning fails (the ones
 # explained away are in packaging/deb/lintian-overrides).
 lint-deb: deb
+	@if ! command -v lintian >/dev/null; then \
+	    echo "lint-deb: installing lintian"; \
+	    $(SUDO) apt-get update -q; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q lintian; \
+	fi
 	lintian --fail-on error,warning --info $(DEB)
 
 # Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
