@@ -529,6 +529,9 @@ def test_stop(t, stage):
     stop = subprocess.Popen(["nsenter", "-t", PID1, "-a", "--", "systemctl", "stop", UNIT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopping = eventually(lambda: show(UNIT, "ActiveState")["ActiveState"] == "deactivating", timeout=3, interval=0.05)
+    # The unit is deactivating from the ExecStop= hook on, a moment before the daemon
+    # gets its SIGTERM: wait for the daemon's own STOPPING=1 status.
+    eventually(lambda: status_text().startswith("Stopping:"), timeout=3, interval=0.05)
     text = status_text()
     t.check("the unit is deactivating while the daemon, still alive, flushes", stopping,
             str(show(UNIT, "ActiveState", "SubState")))
