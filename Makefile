@@ -43,8 +43,6 @@ SWIFT      ?= swift
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
-# Only for make deb: dpkg-shlibdeps, dpkg-gencontrol (dpkg-dev); make lint-deb: lintian.
-
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
 # must start with it). The package is named as dpkg-name(1) would name it.
 VERSION  := $(shell sed -n 's/^public let roomcastVersion = "\(.*\)"$$/\1/p' Sources/RoomcastCore/Version.swift)
@@ -113,6 +111,7 @@ deps-systemd: deps
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_SYSTEMD); \
 	fi
 
+# make deb needs dpkg-shlibdeps and dpkg-gencontrol (dpkg-dev); make lint-deb installs lintian.
 deps-deb:
 	@if ! command -v dpkg-shlibdeps >/dev/null || ! command -v dpkg-gencontrol >/dev/null; then \
 	    echo "deps-deb: installing dpkg-dev"; \
@@ -241,6 +240,7 @@ uninstall:
 # Debian's paths (units in /lib/systemd/system, as Debian 12's packages ship
 # them), then packaged by packaging/deb/build with dpkg's own tools.
 deb: deps-deb
+	@[ -n "$(VERSION)" ] || { echo "deb: no roomcastVersion in Sources/RoomcastCore/Version.swift" >&2; exit 1; }
 	rm -rf $(DEB_BUILD)
 	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_BUILD)/debian/roomcast \
 	    PREFIX=/usr SYSCONFDIR=/etc UNITDIR=/lib/systemd/system MANDIR=/usr/share/man
