@@ -356,21 +356,25 @@ struct HandOverTests {
             _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &sv)
             pairs.append((sv[0], sv[1]))
         }
-        let box = try HandOverBox.make()
-        let entries = pairs.enumerated().map { (key: UInt32($0.offset * 7), fd: $0.element.0) }
-        let (n, error) = box.put(entries[...])
-        #expect(n == 600 && error == nil)
-        box.seal()
-        let (out, problem) = HandOverBox.drain(box.readEnd)
-        #expect(problem == nil)
-        #expect(out.map(\.key) == entries.map { $0.key })
-        // Each received descriptor is the same socket as the one put in.
-        for (e, p) in zip(out, pairs) {
-            var st1 = stat(), st2 = stat()
-            fstat(e.fd, &st1)
-            fstat(p.0, &st2)
-            #expect(st1.st_ino == st2.st_ino)
-            close(e.fd)
+        // u64 keys (the live box's serials, past 2^32 here) and u32 keys (a
+        // hand-over's own box, as earlier releases read it).
+        for wide in [true, false] {
+            let box = try HandOverBox.make()
+            let entries = pairs.enumerated().map { (key: UInt64($0.offset * 7) + (wide ? 1 << 33 : 0), fd: $0.element.0) }
+            let (n, error) = box.put(entries[...], wideKeys: wide)
+            #expect(n == 600 && error == nil)
+            box.seal()
+            let (out, problem) = HandOverBox.drain(box.readEnd)
+            #expect(problem == nil)
+            #expect(out.map(\.key) == entries.map { $0.key })
+            // Each received descriptor is the same socket as the one put in.
+            for (e, p) in zip(out, pairs) {
+                var st1 = stat(), st2 = stat()
+                fstat(e.fd, &st1)
+                fstat(p.0, &st2)
+                #expect(st1.st_ino == st2.st_ino)
+                close(e.fd)
+            }
         }
         pairs.forEach { close($0.0); close($0.1) }
     }
