@@ -146,6 +146,7 @@ extension Server {
         // after their generations so that no name is reused in flight.
         store.boxGeneration = handOver.previousLiveGeneration
         store.logGeneration = handOver.previousLiveGeneration
+        store.maximumLogBytes = handOver.maxStateBytes
         live = store
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true

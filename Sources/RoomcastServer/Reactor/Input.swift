@@ -171,6 +171,7 @@ extension Server {
             case .frame(let type, let length):
                 let size = Codec.headerSize + length
                 offset += size
+                beforeFrame?(id)
                 status.framesIn &+= 1
                 heartbeats.touch(id, Codec.dialect, nowMs: now)
                 if withinRateLimits(id, bytes: size, type: Codec.frameType(type), now: now) {
