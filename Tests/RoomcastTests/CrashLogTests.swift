@@ -178,24 +178,30 @@ struct CrashLogTests {
         return (c, s, UInt16(bigEndian: a.sin_port), UInt16(bigEndian: b.sin_port))
     }
 
-    /// The receive queue of the socket bound to `local` and connected to
-    /// `remote` (loopback ports), from /proc/net/tcp; nil when there is none.
-    static func receiveQueue(local: UInt16, remote: UInt16) -> Int? {
-        guard let text = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return nil }
-        let want = (String(format: ":%04X", local), String(format: ":%04X", remote))
-        for line in text.split(separator: "\n").dropFirst() {
-            let f = line.split(separator: " ")
-            guard f.count > 4, f[1].hasSuffix(want.0), f[2].hasSuffix(want.1) else { continue }
-            return Int(f[4].split(separator: ":")[1], radix: 16)
+    /// The bytes waiting to be read on the copy, in the live box of `node`,
+    /// of the socket whose peer is on `port` (recv MSG_PEEK); nil when the
+    /// box holds no such socket. Drains a duplicate of the box's read end.
+    static func unreadInBox(_ node: Node, peerPort port: UInt16) -> Int? {
+        let copy = dup(node.server.live!.box!.readEnd)
+        var found: Int?
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        for e in HandOverBox.drain(copy).entries {
+            var a = sockaddr_in()
+            var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+            _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(e.fd, $0, &len) } }
+            if UInt16(bigEndian: a.sin_port) == port {
+                found = max(0, buffer.withUnsafeMutableBytes { recv(e.fd, $0.baseAddress, $0.count, Int32(MSG_PEEK | MSG_DONTWAIT)) })
+            }
+            close(e.fd)
         }
-        return nil
+        return found
     }
 
     @Test("a closed connection's unread input is dropped, though the live box keeps a copy of its socket")
     func closeDropsUnreadInput() throws {
         let clock = ManualClock()
         let a = try Node(Self.config, clock: clock)
-        let (client, serverSide, serverPort, clientPort) = Self.tcpPair()
+        let (client, serverSide, _, clientPort) = Self.tcpPair()
         let id = a.server.open(fd: serverSide, dialect: .ltb, address: "tcp-client", now: clock.nowMs)!
         try a.tick()
         #expect(a.server.live!.boxed == 1, "in the live box")
@@ -208,8 +214,8 @@ struct CrashLogTests {
         try a.tick()
         #expect(a.server.table.slots[id] == nil, "closed for the frame's length")
         #expect(a.server.live!.dead == 1, "its copy is still in the box")
-        let queued = Self.receiveQueue(local: serverPort, remote: clientPort)
-        #expect(queued == 0, "no unread input is left in kernel memory (receive queue: \(queued.map(String.init) ?? "no socket"))")
+        let unread = Self.unreadInBox(a, peerPort: clientPort)
+        #expect(unread == 0, "the box's copy keeps no unread input in kernel memory (\(unread.map(String.init) ?? "not in the box") bytes)")
         close(client)
     }
 
