@@ -316,6 +316,28 @@ struct CrashLogTests {
         [x, y, w].forEach { close($0.peer) }
     }
 
+    @Test("the live log stays under what the next process reads: a partial frame it cannot hold closes that client after a crash, never splices it")
+    func liveLogIsBounded() throws {
+        let clock = ManualClock()
+        let limit = 64 * 1024
+        let a = try Node(Self.config, clock: clock, maxStateBytes: limit)
+        let x = a.connect(), y = a.connect(), z = a.connect()
+        Self.send(z.peer, Self.join("z", room: "r"))
+        try a.tick()
+        let frame = FrameCodec.encode(type: 100, body: [UInt8](repeating: 5, count: 60_000), byteOrder: .little)
+        Self.send(x.peer, Array(frame[0..<50_000]))
+        try a.tick()
+        Self.send(y.peer, Array(frame[0..<30_000]))
+        try a.tick()
+        #expect(a.server.live!.capacity <= limit, "the log is \(a.server.live!.capacity) bytes")
+        #expect(a.log.contains("cannot hold 1 connection"))
+        let b = try Self.crash(a)
+        #expect(b.server.table.count == 2, "X, whose partial frame the log could not hold, is closed: \(b.log)")
+        #expect(b.server.table.slots[Self.id(b, y)]!.input == Array(frame[0..<30_000]))
+        #expect(b.server.relay.memberCount(of: "r") == 1)
+        [x, y, z].forEach { close($0.peer) }
+    }
+
     @Test("serials past 2^32 survive a crash (64-bit in the log and the box)")
     func serialsPast32Bits() throws {
         let clock = ManualClock()
