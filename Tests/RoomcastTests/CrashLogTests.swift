@@ -19,6 +19,27 @@ struct CrashLogTests {
     static func frames(_ bytes: [UInt8]) -> [(UInt16, [UInt8])] { HandOverTests.frames(bytes) }
     static func join(_ name: String, room: String) -> [UInt8] { HandOverTests.join(name, room: room) }
 
+    typealias Client = (id: Int, peer: Int32)
+
+    /// A node whose room "r" has a sender X and a reader W that reads
+    /// nothing (4 KiB send buffer: the kernel soon refuses its output).
+    static func senderAndSlowReader(_ sections: String = config, maxStateBytes: Int = Server.maxStateBytes) throws -> (Node, x: Client, w: Client) {
+        let a = try Node(sections, clock: ManualClock(), maxStateBytes: maxStateBytes)
+        let x = a.connect(), w = a.connect(sendBuffer: 4096)
+        Self.send(x.peer, Self.join("xavier", room: "r"))
+        Self.send(w.peer, Self.join("wendy", room: "r"))
+        try a.tick()
+        _ = [x, w].map { Self.drain($0.peer) }
+        return (a, x, w)
+    }
+
+    /// A frame from `from` reaches `to`: the connections are served.
+    static func expectServed(_ node: Node, from: Client, to: Client, _ what: String = "") throws {
+        Self.send(from.peer, FrameCodec.encode(type: 100, body: [1, 2, 3], byteOrder: .little))
+        try node.tick()
+        #expect(Self.frames(Self.drain(to.peer) ?? []).contains { $0.1 == [1, 2, 3] }, "\(what) served")
+    }
+
     /// What the live log of `node` says now, by serial.
     static func liveLog(_ node: Node) throws -> [UInt64: LiveLog.Connection] {
         let live = node.server.live!
@@ -39,13 +60,7 @@ struct CrashLogTests {
 
     @Test("a restart then a crash: a slow reader's half-sent frame is finished first, and its stream stays well-framed")
     func restartThenCrashKeepsTornFrameWhole() throws {
-        let clock = ManualClock()
-        let a = try Node(Self.config, clock: clock)
-        let x = a.connect(), w = a.connect(sendBuffer: 4096)
-        Self.send(x.peer, Self.join("xavier", room: "r"))
-        Self.send(w.peer, Self.join("wendy", room: "r"))
-        try a.tick()
-        _ = [x, w].map { Self.drain($0.peer) }
+        let (a, x, w) = try Self.senderAndSlowReader()
         let big = FrameCodec.encode(type: 100, body: (0..<40_000).map { UInt8(truncatingIfNeeded: $0 * 7) }, byteOrder: .little)
         Self.send(x.peer, big)
         try a.tick()
@@ -221,13 +236,8 @@ struct CrashLogTests {
 
     @Test("a box whose closed connections pin more than deadBytesBeforeRebuild of send queues is rebuilt, however few they are")
     func deadBytesTriggerRebuild() throws {
-        let clock = ManualClock()
-        let a = try Node(Self.config, clock: clock)
+        let (a, x, w) = try Self.senderAndSlowReader()
         a.server.live!.deadBytesBeforeRebuild = 8 * 1024
-        let x = a.connect(), w = a.connect(sendBuffer: 4096)
-        Self.send(x.peer, Self.join("x", room: "r"))
-        Self.send(w.peer, Self.join("w", room: "r"))
-        try a.tick()
         Self.send(x.peer, FrameCodec.encode(type: 100, body: [UInt8](repeating: 3, count: 60_000), byteOrder: .little))
         try a.tick()
         let generation = a.server.live!.boxGeneration
@@ -261,21 +271,15 @@ struct CrashLogTests {
         #expect(b.server.table.count == 2, "both clients kept: \(log)")
         #expect(log.contains("REASON=handover_box_damaged"), "\(log)")
         #expect(b.server.relay.memberCount(of: "lobby") == 2, "with fresh state: the default room")
-        Self.send(x.peer, FrameCodec.encode(type: 100, body: [1, 2, 3], byteOrder: .little))
-        try b.tick()
-        #expect(Self.frames(Self.drain(y.peer) ?? []).contains { $0.1 == [1, 2, 3] }, "and served")
+        try Self.expectServed(b, from: x, to: y, "and")
         [x, y].forEach { close($0.peer) }
     }
 
     @Test("the slow-consumer clock goes on across a restart: cut after output_soft_seconds in all, not again in full")
     func softLimitClockCarriesOver() throws {
         let sections = Self.config + "output_soft_bytes = 16K\noutput_soft_seconds = 10s\n"
-        let clock = ManualClock()
-        let a = try Node(sections, clock: clock)
-        let x = a.connect(), w = a.connect(sendBuffer: 4096)
-        Self.send(x.peer, Self.join("x", room: "r"))
-        Self.send(w.peer, Self.join("w", room: "r"))
-        try a.tick()
+        let (a, x, w) = try Self.senderAndSlowReader(sections)
+        let clock = a.clock
         Self.send(x.peer, FrameCodec.encode(type: 100, body: [UInt8](repeating: 3, count: 60_000), byteOrder: .little))
         try a.tick()
         #expect(a.server.table.fanout.outboxes[w.id].softSinceMs == clock.nowMs, "W went over output_soft_bytes")
