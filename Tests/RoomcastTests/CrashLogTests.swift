@@ -331,13 +331,13 @@ struct CrashLogTests {
         let frame = FrameCodec.encode(type: 100, body: [UInt8](repeating: 5, count: 60_000), byteOrder: .little)
         Self.send(x.peer, Array(frame[0..<50_000]))
         try a.tick()
-        Self.send(y.peer, Array(frame[0..<30_000]))
+        Self.send(y.peer, Array(frame[0..<16_000]))
         try a.tick()
         #expect(a.server.live!.capacity <= limit, "the log is \(a.server.live!.capacity) bytes")
         #expect(a.log.contains("cannot hold 1 connection"))
         let b = try Self.crash(a)
         #expect(b.server.table.count == 2, "X, whose partial frame the log could not hold, is closed: \(b.log)")
-        #expect(b.server.table.slots[Self.id(b, y)]!.input == Array(frame[0..<30_000]))
+        #expect(b.server.table.slots[Self.id(b, y)]!.input == Array(frame[0..<16_000]))
         #expect(b.server.relay.memberCount(of: "r") == 1)
         [x, y, z].forEach { close($0.peer) }
     }

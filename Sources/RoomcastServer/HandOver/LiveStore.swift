@@ -208,9 +208,12 @@ extension Server {
         let record = wholeFrames == 0 ? LiveLog.inputAppend(serial, bytes[(bytes.count - newBytes)...]) : LiveLog.input(serial, rest)
         if !live.append(record) {
             // Full: a compacted generation, whose snapshot cannot hold this
-            // input (it is out of the table while it is processed).
-            rebuildLiveLog(reserve: 13 + rest.count)
-            if !live.append(LiveLog.input(serial, rest)) {
+            // input (it is out of the table while it is processed). A frame
+            // too large for a quarter of the largest log is not kept at the
+            // expense of everyone else's records.
+            let fits = 17 + rest.count <= live.maximumLogBytes / 4
+            rebuildLiveLog(reserve: fits ? 17 + rest.count : 0)
+            if !fits || !live.append(LiveLog.input(serial, rest)) {
                 logger.error("the live log has no room for \(table.address(of: id))'s partial frame (\(rest.count) bytes): a crash would close it",
                              ["REASON": "handover_failed"])
                 _ = live.append(LiveLog.close(serial))
