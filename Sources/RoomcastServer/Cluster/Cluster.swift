@@ -96,9 +96,7 @@ final class ClusterLink: RelayObserver {
         self.settings = settings
         self.byteOrder = byteOrder
         kind = ClusterEnvelope.Kind(byteOrder)
-        var seed: UInt64 = 0
-        if getrandom(&seed, 8, 0) != 8 { seed = UInt64(Sys.monotonicUsec()) &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(getpid()) }
-        origin = seed == 0 ? 1 : seed
+        origin = Sys.randomSeed()  // never blocks, even at early boot
         random = origin
         channels = ClusterChannels(name: settings.name)
         heartbeatChannel = channels.heartbeat(origin: origin)
