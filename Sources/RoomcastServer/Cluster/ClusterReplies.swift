@@ -7,43 +7,48 @@ import RoomcastIO
 // pushes: handshakes, heartbeats, other daemons' frames (Cluster.swift),
 // and the server's side: starting the link, delivering those frames.
 extension ClusterLink {
-    // MARK: - Replies
+    // MARK: - Replies (RedisConnection matched them to their commands)
 
-    /// hiredis's reply callback (`reply` nil: the context is being freed).
-    func redisReply(_ c: RedisConnection, _ tag: RedisReplyTag, _ reply: UnsafeMutablePointer<redisReply>?) {
-        guard let reply else { return }
-        switch tag {
-        case .ping:
-            let now = nowMs
-            c.replied(nowMs: now)
-            if reply.pointee.type == REDIS_REPLY_ERROR {
-                c.pendingReset = "PING: \(reply.text)"
-            } else if c.state == .handshaking {
-                becameReady(c, now: now)
-            }
-        case .publish:
-            c.replied(nowMs: c.outstanding > 1 ? nowMs : 0)
-            if reply.pointee.type == REDIS_REPLY_ERROR {
-                logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(reply.text)",
-                                   ["REDIS": address.description, "DETAIL": reply.text])
-            }
-        case .subscription:
-            subscription(c, reply)
-        }
+    /// The publisher's PING was answered: it is ready.
+    func redisPong(_ c: RedisConnection) {
+        if c.state == .handshaking { becameReady(c, now: nowMs) }
     }
 
-    private func subscription(_ c: RedisConnection, _ reply: UnsafeMutablePointer<redisReply>) {
-        guard let type = reply.bytes(at: 0), let channel = reply.bytes(at: 1) else { return }
-        if type.count == 7, let payload = reply.bytes(at: 2), memcmp(type.baseAddress!, "message", 7) == 0 {
-            message(payload)
-        } else if type.count == 9, memcmp(type.baseAddress!, "subscribe", 9) == 0, c.state == .handshaking,
-                  channel.elementsEqual(heartbeatChannel) {
-            becameReady(c, now: nowMs)
-        }
+    /// Redis answered a PUBLISH with an error (an ACL, out of memory): that
+    /// frame is lost, the connection stays.
+    func redisPublishRefused(_ c: RedisConnection, _ text: String) {
+        logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(text)",
+                           ["REDIS": address.description, "DETAIL": text])
     }
 
-    /// One message from a room channel or our heartbeat channel.
-    private func message(_ payload: UnsafeRawBufferPointer) {
+    /// A SUBSCRIBE confirmation, in order: the heartbeat channel's makes the subscriber ready.
+    func redisSubscribed(_ c: RedisConnection, channel: UnsafeRawBufferPointer) {
+        if c.state == .handshaking, channel.elementsEqual(heartbeatChannel) { becameReady(c, now: nowMs) }
+    }
+
+    /// A message pushed on the subscriber.
+    /// - Returns: false when its channel is none this daemon subscribes to
+    ///   (a room channel whose room closed here is one: its messages were in flight).
+    func redisMessage(_ c: RedisConnection, channel: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) -> Bool {
+        if channel.elementsEqual(heartbeatChannel) {
+            message(payload, room: nil)
+            return true
+        }
+        guard channel.count >= channels.roomPrefix.count,
+              UnsafeRawBufferPointer(rebasing: channel[..<channels.roomPrefix.count]).elementsEqual(channels.roomPrefix) else {
+            return false
+        }
+        message(payload, room: UnsafeRawBufferPointer(rebasing: channel[channels.roomPrefix.count...]))
+        return true
+    }
+
+    /// One message from a room channel (`room`: the channel's room) or our
+    /// heartbeat channel (nil). The room a frame goes to is always the
+    /// channel's: an envelope naming another room is dropped and counted
+    /// (`misrouted`), so no subscribed channel can inject into other rooms.
+    /// A message for a room with no member here any more (it was in flight
+    /// when the room closed) is dropped before it creates any state.
+    private func message(_ payload: UnsafeRawBufferPointer, room channelRoom: UnsafeRawBufferPointer?) {
         let v: ClusterEnvelope.View
         switch ClusterEnvelope.decode(payload) {
         case .success(let view):
@@ -58,8 +63,20 @@ extension ClusterLink {
             if v.kind == .heartbeat { lastHeardMs = nowMs }
             return  // our own frames: relayed here already
         }
-        guard v.kind != .heartbeat else { return }
-        let room = RoomName(bytes: Array(v.room))
+        guard v.kind != .heartbeat, let channelRoom else { return }
+        guard v.room.elementsEqual(channelRoom) else {
+            misrouted &+= 1
+            logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
+                               "cluster: dropped a message from daemon \(ClusterEnvelope.hex(v.origin)) on the channel of "
+                               + "\(RoomName(bytes: Array(channelRoom))) whose envelope names another room",
+                               ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(v.origin)])
+            return
+        }
+        let room = RoomName(bytes: Array(channelRoom))
+        guard hasMembers(room) else {
+            stale &+= 1
+            return
+        }
         switch tracker.check(room: room, origin: v.origin, stream: v.stream, seq: v.seq) {
         case .late:
             late &+= 1

@@ -13,15 +13,18 @@ final class RedisServer {
     let port: UInt16
     private let directory: TempDirectory
     private(set) var child: ChildProcess?
+    private let arguments: [String]
 
-    /// Starts redis-server on a free loopback port and waits until it accepts commands.
-    init() throws {
+    /// Starts redis-server on loopback port `port` (nil: a free one) and
+    /// waits until it accepts commands; `arguments` are added to its command line.
+    init(port: UInt16? = nil, arguments: [String] = []) throws {
         guard FileManager.default.isExecutableFile(atPath: redisServerPath),
               FileManager.default.isExecutableFile(atPath: redisCLIPath) else {
             throw HarnessError("\(redisServerPath) or \(redisCLIPath) is not installed: run `make deps` (Debian's redis-server)")
         }
         directory = try TempDirectory()
-        port = try freeLoopbackPort()
+        self.port = try port ?? freeLoopbackPort()
+        self.arguments = arguments
         try start()
     }
 
@@ -40,7 +43,7 @@ final class RedisServer {
         precondition(child == nil || child?.process.isRunning == false)
         let c = try ChildProcess(URL(fileURLWithPath: redisServerPath),
                                  ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                  "--daemonize", "no", "--dir", directory.path, "--loglevel", "notice"],
+                                  "--daemonize", "no", "--dir", directory.path, "--loglevel", "notice"] + arguments,
                                  environment: childEnvironment([:]))
         child = c
         guard c.stdout.wait(for: "Ready to accept connections", timeout: .seconds(10)) else {
