@@ -9,8 +9,12 @@ import RoomcastIO
 extension ClusterLink {
     // MARK: - Replies (RedisConnection matched them to their commands)
 
-    /// The publisher's PING was answered: it is ready.
-    func redisPong(_ c: RedisConnection) {
+    /// Every command of the handshake is answered: the publisher's PING,
+    /// or every channel the subscriber asked for while connecting (the
+    /// heartbeat channel, every room with members here). Only then is the
+    /// connection ready: a subscriber that Redis refuses a room never is,
+    /// so the cluster does not flap between up and down at each attempt.
+    func redisSettled(_ c: RedisConnection) {
         if c.state == .handshaking { becameReady(c, now: nowMs) }
     }
 
@@ -19,11 +23,6 @@ extension ClusterLink {
     func redisPublishRefused(_ c: RedisConnection, _ text: String) {
         logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(text)",
                            ["REDIS": address.description, "DETAIL": text])
-    }
-
-    /// A SUBSCRIBE confirmation, in order: the heartbeat channel's makes the subscriber ready.
-    func redisSubscribed(_ c: RedisConnection, channel: UnsafeRawBufferPointer) {
-        if c.state == .handshaking, channel.elementsEqual(heartbeatChannel) { becameReady(c, now: nowMs) }
     }
 
     /// A message pushed on the subscriber.

@@ -41,8 +41,8 @@ final class RedisConnection {
         case idle
         /// connect(2) in progress.
         case connecting
-        /// Connected; waiting for the first answer (PONG, or the heartbeat
-        /// channel's SUBSCRIBE confirmation).
+        /// Connected; waiting for the answers to the handshake (PONG, or the
+        /// confirmation of every channel subscribed while connecting).
         case handshaking
         /// Answered: usable.
         case ready
@@ -308,7 +308,6 @@ final class RedisConnection {
                 guard reply.pointee.type == REDIS_REPLY_STATUS, reply.text == "PONG" else {
                     return ("\(reply.summary) in answer to PING", .surprise)
                 }
-                link.redisPong(self)
             case .publish:
                 guard reply.pointee.type == REDIS_REPLY_INTEGER else { return ("\(reply.summary) in answer to PUBLISH", .surprise) }
             case .subscribe, .unsubscribe:
@@ -321,7 +320,6 @@ final class RedisConnection {
                     return ("a \(word) confirmation for another channel than the one asked for", .surprise)
                 }
                 e.confirmed += 1
-                if e.kind == .subscribe { link.redisSubscribed(self, channel: channel) }
                 if e.confirmed < e.channels.count {
                     expected[expectedHead] = e
                     awaitingSinceMs = now
@@ -341,7 +339,10 @@ final class RedisConnection {
         awaitingSinceMs = outstanding == 0 ? nil : now
         if e.handshake {
             handshakeLeft -= 1
-            if handshakeLeft == 0 { settledAtMs = now }
+            if handshakeLeft == 0 {
+                settledAtMs = now
+                link.redisSettled(self)
+            }
         }
         return nil
     }

@@ -88,3 +88,57 @@ final class RedisServer {
         (cli(["PUBSUB", "CHANNELS", pattern]) ?? "").split(separator: "\n").map(String.init).sorted()
     }
 }
+
+/// A plain Redis client that PUBLISHes any bytes, as another daemon
+/// would: `send` does not wait for the answer (Redis may be stopped),
+/// `answers` collects them.
+final class RedisPublisher {
+    private let fd: Int32
+    private var input: [UInt8] = []
+
+    init(_ redis: RedisServer) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: \(errnoText())") }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        let r = try withSocketAddress(host: "127.0.0.1", port: redis.port) { _, sa, len in Glibc.connect(fd, sa, len) }
+        guard r == 0 else { let e = errno; close(fd); throw HarnessError("connect to Redis: \(errnoText(e))") }
+    }
+
+    deinit { close(fd) }
+
+    /// Sends PUBLISH `channel` `payload` without waiting for the answer.
+    func send(_ channel: [UInt8], _ payload: [UInt8]) throws {
+        var command = Array("*3\r\n$7\r\nPUBLISH\r\n".utf8)
+        for part in [channel, payload] { command += Array("$\(part.count)\r\n".utf8) + part + [0x0D, 0x0A] }
+        guard command.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == command.count else {
+            throw HarnessError("send to Redis: \(errnoText())")
+        }
+    }
+
+    /// The next `count` answers (integers: subscribers reached), waiting up to 5 s for each.
+    func answers(_ count: Int) throws -> [Int] {
+        var result: [Int] = []
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while result.count < count {
+            if let end = input.firstIndex(of: 0x0A) {
+                let line = String(decoding: input[..<end], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                input.removeFirst(end + 1)
+                guard line.first == ":", let n = Int(line.dropFirst()) else { throw HarnessError("PUBLISH: \(line)") }
+                result.append(n)
+                continue
+            }
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { throw HarnessError("no answer from Redis (\(n < 0 ? errnoText() : "EOF"))") }
+            input += buffer[0..<n]
+        }
+        return result
+    }
+
+    /// PUBLISH and its answer.
+    @discardableResult
+    func publish(_ channel: [UInt8], _ payload: [UInt8]) throws -> Int {
+        try send(channel, payload)
+        return try answers(1)[0]
+    }
+}
