@@ -168,10 +168,33 @@ public struct ClusterStreams {
     /// Rooms with a stream: those with members here.
     public var count: Int { streams.count }
 
-    /// `room` got its first member here: a new stream.
+    /// `room` got its first member here: a new stream (or the one carried
+    /// over a restart for it, `restore`).
     public mutating func open(_ room: RoomName) {
+        guard streams[room] == nil else { return }
         lastID += 1
         streams[room] = Stream(id: lastID, channel: channels.room(room))
+    }
+
+    /// The last stream id drawn, and every open stream: what a restart
+    /// carries over (`HandOverState.Cluster`).
+    public var snapshot: (lastID: UInt64, streams: [(room: RoomName, id: UInt64, seq: UInt64)]) {
+        (lastID, streams.map { (room: $0.key, id: $0.value.id, seq: $0.value.seq) })
+    }
+
+    /// Takes over the numbering of the previous process: its streams go on
+    /// where it stopped, and new ones are numbered after its last.
+    public mutating func restore(lastID: UInt64, streams carried: [(room: RoomName, id: UInt64, seq: UInt64)]) {
+        self.lastID = max(self.lastID, lastID)
+        for s in carried {
+            streams[s.room] = Stream(id: s.id, seq: s.seq, channel: channels.room(s.room))
+            self.lastID = max(self.lastID, s.id)
+        }
+    }
+
+    /// Drops the streams of rooms not in `keep` (carried over, but no member came back to them).
+    public mutating func retain(_ keep: Set<RoomName>) {
+        streams = streams.filter { keep.contains($0.key) }
     }
 
     /// `room` lost its last member here.

@@ -53,10 +53,11 @@ final class ClusterLink: RelayObserver {
     unowned let server: Server
     let address: RedisAddress
     private(set) var settings: Config.Cluster
-    /// This daemon in the cluster: random, drawn at each start.
-    let origin: UInt64
+    /// This daemon in the cluster: random, drawn at each start, and carried
+    /// over a restart that keeps the clients (`adopt`).
+    private(set) var origin: UInt64
     let channels: ClusterChannels
-    let heartbeatChannel: [UInt8]
+    private(set) var heartbeatChannel: [UInt8]
     /// The kind of every frame relayed here (one byte order per daemon).
     let kind: ClusterEnvelope.Kind
     let byteOrder: ByteOrder
@@ -140,8 +141,26 @@ final class ClusterLink: RelayObserver {
         settings.maxOutputBytes = new.maxOutputBytes
     }
 
+    /// Before the restore: the previous process's origin and numbering,
+    /// so that the other daemons see this daemon go on (frames it relayed
+    /// and could not publish count as a gap there) rather than a new one.
+    func adopt(_ carried: HandOverState.Cluster) {
+        origin = carried.origin
+        random = origin
+        heartbeatChannel = channels.heartbeat(origin: origin)
+        streams.restore(lastID: carried.lastStream, streams: carried.streams.map { (room: $0.room, id: $0.id, seq: $0.seq) })
+    }
+
+    /// What a restart carries over (`HandOverState.cluster`).
+    func carry() -> HandOverState.Cluster {
+        let s = streams.snapshot
+        return HandOverState.Cluster(origin: origin, lastStream: s.lastID,
+                                     streams: s.streams.map { HandOverState.Cluster.Stream(room: $0.room, id: $0.id, seq: $0.seq) })
+    }
+
     /// The first connects; the loop's timers do the rest.
     func start(nowMs: UInt64) {
+        streams.retain(rooms)  // carried streams of rooms nobody came back to
         logger.info("cluster: origin \(ClusterEnvelope.hex(origin)), Redis at \(address), channels "
                     + "roomcast:\(settings.name):room:ROOM", ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(origin)])
         downSince = (nowMs, 0, 0)
