@@ -98,6 +98,10 @@ final class ClusterLink: RelayObserver {
     private var lastProblem: String?
     private var random: UInt64
 
+    /// The other daemons and their members in rooms here (ClusterMembers.swift).
+    var remote = RemoteDaemons()
+    var remoteOverflowSaid = false
+
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
     var converted: [UInt8] = []
@@ -168,9 +172,16 @@ final class ClusterLink: RelayObserver {
         connect(subscriber, nowMs: nowMs)
     }
 
-    /// At exit: what the publisher holds is written if the socket takes
-    /// it, then both connections are closed.
-    func shutdown() {
+    /// At exit: a bye to the other daemons when this one stops for good
+    /// (`bye`; not at a hand-over, where the next process goes on as this
+    /// daemon), what the publisher holds written if the socket takes it,
+    /// then both connections closed.
+    func shutdown(bye: Bool) {
+        if bye && publisher.state == .ready {
+            ClusterEnvelope.encode(kind: .bye, origin: origin, stream: 0, seq: 0, room: RoomName(bytes: []), address: "",
+                                   frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
+            _ = publisher.publish(channels.daemons, envelope, nowMs: nowMs)
+        }
         publisher.flush()
         publisher.close()
         subscriber.close()
@@ -188,6 +199,7 @@ final class ClusterLink: RelayObserver {
         rooms.remove(room)
         streams.close(room)
         tracker.forget(room: room)
+        remote.roomClosed(room)
         if subscriber.state == .handshaking || subscriber.state == .ready { changedRooms.append(room) }
     }
 
@@ -280,7 +292,9 @@ final class ClusterLink: RelayObserver {
             ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
                                    frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
             _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
+            _ = publisher.publish(channels.daemons, envelope, nowMs: now)
             nextHeartbeatMs = now + max(1, timeout / 4)
+            expireSilentDaemons(now: now)
         }
     }
 
@@ -306,7 +320,7 @@ final class ClusterLink: RelayObserver {
             subscribed = rooms
             changedRooms.removeAll()
             let all = rooms.map { channels.room($0) }
-            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel], .subscribe)
+            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel, channels.daemons], .subscribe)
             var start = 0
             while start < all.count {
                 let end = min(start + Self.subscribeBatch, all.count)
@@ -390,6 +404,7 @@ final class ClusterLink: RelayObserver {
         if c.role == .publisher { nextHeartbeatMs = now }
         guard connected, let down = downSince else { return }
         downSince = nil
+        remote.heardAll(nowMs: now)  // nobody could be heard while this daemon was cut off
         let fields: KeyValuePairs<String, String> = ["REASON": "cluster_up", "REDIS": address.description]
         if !everUp {
             everUp = true

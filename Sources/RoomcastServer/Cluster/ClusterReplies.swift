@@ -29,7 +29,7 @@ extension ClusterLink {
     /// - Returns: false when its channel is none this daemon subscribes to
     ///   (a room channel whose room closed here is one: its messages were in flight).
     func redisMessage(_ c: RedisConnection, channel: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) -> Bool {
-        if channel.elementsEqual(heartbeatChannel) {
+        if channel.elementsEqual(heartbeatChannel) || channel.elementsEqual(channels.daemons) {
             message(payload, room: nil)
             return true
         }
@@ -62,7 +62,15 @@ extension ClusterLink {
             if v.kind == .heartbeat { lastHeardMs = nowMs }
             return  // our own frames: relayed here already
         }
-        guard v.kind != .heartbeat, let channelRoom else { return }
+        guard let channelRoom else {
+            switch v.kind {
+            case .heartbeat: remote.heard(v.origin, nowMs: nowMs)
+            case .bye: departed(v.origin, "stopped (it said bye)")
+            default: break
+            }
+            return
+        }
+        guard v.kind != .heartbeat && v.kind != .bye else { return }
         guard v.room.elementsEqual(channelRoom) else {
             misrouted &+= 1
             logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
@@ -91,6 +99,7 @@ extension ClusterLink {
         }
         received &+= 1
         let sender = String(decoding: v.address, as: UTF8.self)
+        track(v.frame, order: v.kind == .littleEndianFrame ? .little : .big, origin: v.origin, address: sender, room: room)
         if v.kind == kind {
             server.deliverFromCluster(v.frame, room: room, address: sender)
         } else {

@@ -142,7 +142,7 @@ extension Server {
         if !boxes.isEmpty, let problem = storeBeforeExit(boxes, name: HandOverName.box) { return handOverFailed("storing the box: " + problem) }
         let processed = barrier(timeoutMs: handOver.timeoutMs)
         handOver.done = true
-        cluster?.shutdown()  // the next process subscribes as the same daemon
+        cluster?.shutdown(bye: false)  // the next process subscribes as the same daemon
         let ms = clock() - handOver.stoppedReadingMs
         logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
                     + " (\(liveBox ?? "a new box"))" + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
