@@ -101,6 +101,9 @@ final class ClusterLink: RelayObserver {
     /// The other daemons and their members in rooms here (ClusterMembers.swift).
     var remote = RemoteDaemons()
     var remoteOverflowSaid = false
+    /// The connections were restored after a crash (a new origin): their
+    /// members are announced again once the link is up (`announceRestoredMembers`).
+    var restoredAfterCrash = false
 
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
@@ -402,6 +405,10 @@ final class ClusterLink: RelayObserver {
         c.state = .ready
         lastHeardMs = now  // the heartbeat round trip starts over
         if c.role == .publisher { nextHeartbeatMs = now }
+        if c.role == .publisher && restoredAfterCrash {
+            restoredAfterCrash = false
+            announceRestoredMembers()
+        }
         guard connected, let down = downSince else { return }
         downSince = nil
         remote.heardAll(nowMs: now)  // nobody could be heard while this daemon was cut off

@@ -76,6 +76,12 @@ struct RemoteDaemons {
         return d.members
     }
 
+    /// Whether a daemon other than `origin` has `address` in `room` (the
+    /// same connection, restored after a crash by a process with a new origin).
+    func has(_ address: String, in room: RoomName, except origin: UInt64) -> Bool {
+        daemons.contains { $0.key != origin && $0.value.members[address]?.room == room }
+    }
+
     /// Daemons not heard since `sinceMs`.
     func silent(since sinceMs: UInt64) -> [UInt64] { daemons.filter { $0.value.announces && $0.value.lastHeardMs < sinceMs }.map(\.key) }
 
@@ -110,7 +116,9 @@ extension ClusterLink {
         let members = remote.remove(origin)
         tracker.forget(origin: origin)
         var leaves = 0
-        for (address, m) in members where hasMembers(m.room) {
+        // A member that another daemon announced since (a crash recovered
+        // under a new origin re-announces its restored members) did not leave.
+        for (address, m) in members where hasMembers(m.room) && !remote.has(address, in: m.room, except: origin) {
             var frame: [UInt8] = []
             FrameCodec.appendHeader(type: server.config.protocol.leaveType, length: UInt32(m.identity.count), byteOrder: byteOrder, to: &frame)
             frame += m.identity
@@ -119,6 +127,28 @@ extension ClusterLink {
         }
         logger.info("cluster: daemon \(ClusterEnvelope.hex(origin)) \(why); \(plural(leaves, "leave")) for its members sent to the rooms here",
                     ["ORIGIN": ClusterEnvelope.hex(origin), "REASON": "cluster_daemon_gone"])
+    }
+
+    /// After a crash recovery (this process has a new origin, the others
+    /// will find the old one silent): every restored member that had joined
+    /// is announced again with its join, so that the other daemons keep it
+    /// (`departed` skips members another origin announced) rather than
+    /// sending its leave. Their members see the join twice, with no leave
+    /// between (docs/protocol.md §12). Call once the publisher is ready.
+    func announceRestoredMembers() {
+        guard publisher.state == .ready else { return }
+        var frame: [UInt8] = []
+        var count = 0
+        for id in server.table.ids {
+            guard let identity = server.relay.identity(of: id), let room = server.relay.roomName(of: id) else { continue }
+            frame.removeAll(keepingCapacity: true)
+            FrameCodec.appendHeader(type: server.config.protocol.joinType, length: UInt32(identity.count), byteOrder: byteOrder, to: &frame)
+            frame += identity
+            frame.withUnsafeBytes { relayed($0, room: room, from: id) }
+            count += 1
+        }
+        logger.info("cluster: announced \(plural(count, "restored member")) to the other daemons after the crash",
+                    ["REDIS": address.description])
     }
 
     /// Every heartbeat: daemons not heard for `cluster.timeout` are gone,

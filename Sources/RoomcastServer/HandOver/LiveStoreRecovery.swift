@@ -35,6 +35,7 @@ extension Server {
         if alive == nil && problem == nil { problem = "handover_state_missing: no live log" }
         var restored = 0, dropped = 0
         var seen = Set<UInt32>()
+        cluster?.restoredAfterCrash = true  // a new origin: the others are told these members are still here
         let now = clock()
         for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
             let (entries, trouble) = HandOverBox.drain(b.fd)

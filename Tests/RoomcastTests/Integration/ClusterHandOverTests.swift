@@ -63,4 +63,46 @@ struct ClusterHandOverTests {
         #expect(other.stderr.line(with: ["cluster_gap"]) == nil)
         close(x.peer)
     }
+
+    @Test("after a crash (a new origin): restored members are announced again, and the old origin's silence sends no leave for them")
+    func crashKeepsMembersElsewhere() throws {
+        let redis = try RedisServer()
+        let other = try clusterDaemon(redis, name: "crash", ["cluster.timeout": "1s"])
+        let bob = try other.connect()
+        let bu = Wire.user("bob", room: "r1")
+        try bob.send(Wire.join(bu))
+        #expect(bob.receiveFrame()?.wire == Wire.join(bu))
+
+        let sections = HandOverTests.config + "[cluster]\nredis = \(redis.address)\nname = crash\ntimeout = 1s\n"
+        let clock = HandOverTests.ManualClock()
+        /// Ticks `node` for `seconds`, its manual clock following the real one (heartbeats go on).
+        func run(_ node: HandOverTests.Node, _ seconds: Double, until done: () -> Bool = { false }) {
+            let start = monotonicMs(), base = clock.nowMs
+            while monotonicMs() - start < Int64(seconds * 1000) && !done() {
+                clock.nowMs = base + UInt64(monotonicMs() - start)
+                _ = try? node.tick()
+                usleep(2_000)
+            }
+        }
+        let a = try HandOverTests.Node(sections, clock: clock)
+        run(a, 5) { a.server.cluster?.connected == true }
+        let x = a.connect()
+        let alice = HandOverTests.join("alice", room: "r1")
+        HandOverTests.send(x.peer, alice)
+        run(a, 5) { redis.subscribers("roomcast:crash:room:r1") == 2 }
+        #expect(bob.receiveFrame()?.wire == alice)
+        run(a, 0.3)  // heard on the daemons channel: a is a daemon that can go silent
+        let oldOrigin = a.server.cluster!.origin
+
+        // The crash: A is never ticked again (its heartbeats stop); B takes its live box and log.
+        a.notify.update()
+        let b = try HandOverTests.Node(sections, clock: clock, stored: a.notify.passed)
+        #expect(b.server.cluster!.origin != oldOrigin)
+        #expect(b.server.cluster!.connected, "restored rooms subscribed before READY=1 after a crash too")
+        run(b, 2.5)
+        #expect(bob.receiveFrames(2, timeout: .milliseconds(500)).map(\.wire) == [alice], "alice's join again, and no leave")
+        #expect(other.stderr.wait(forLineWith: ["cluster: daemon \(ClusterEnvelope.hex(oldOrigin)) was not heard for 1s; 0 leaves"]),
+                "\(other.stderr.current.suffix(1500))")
+        close(x.peer)
+    }
 }
