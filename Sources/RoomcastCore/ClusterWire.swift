@@ -11,10 +11,13 @@ public struct ClusterChannels: Sendable {
     public let roomPrefix: [UInt8]
     /// `roomcast:NAME:hb:` as bytes.
     public let heartbeatPrefix: [UInt8]
+    /// `roomcast:NAME:daemons`: every daemon's heartbeat and its bye, for all the others.
+    public let daemons: [UInt8]
 
     public init(name: String) {
         roomPrefix = Array("roomcast:\(name):room:".utf8)
         heartbeatPrefix = Array("roomcast:\(name):hb:".utf8)
+        daemons = Array("roomcast:\(name):daemons".utf8)
     }
 
     /// `roomcast:NAME:room:ROOM`: where every frame relayed to ROOM goes.
@@ -31,7 +34,8 @@ public struct ClusterChannels: Sendable {
 ///
 ///     offset size
 ///     0      1    version (1)
-///     1      1    kind: 0 heartbeat, 1 LTB frame with a little-endian header, 2 big-endian
+///     1      1    kind: 0 heartbeat, 1 LTB frame with a little-endian header, 2 big-endian,
+///                 3 bye (the origin stops; no room, no frame)
 ///     2      2    room length R
 ///     4      1    address length A
 ///     5      8    origin: the sending daemon, a random number drawn at each start
@@ -50,6 +54,7 @@ public struct ClusterEnvelope: Equatable, Sendable {
         case heartbeat = 0
         case littleEndianFrame = 1
         case bigEndianFrame = 2
+        case bye = 3
 
         /// The kind of a frame in `byteOrder`.
         public init(_ byteOrder: ByteOrder) { self = byteOrder == .little ? .littleEndianFrame : .bigEndianFrame }
@@ -110,7 +115,7 @@ public struct ClusterEnvelope: Equatable, Sendable {
         guard p.count >= frameStart else { return .failure(.tooShort) }
         let frame = UnsafeRawBufferPointer(rebasing: p[frameStart...])
         switch kind {
-        case .heartbeat:
+        case .heartbeat, .bye:
             break
         case .littleEndianFrame, .bigEndianFrame:
             let order: ByteOrder = kind == .littleEndianFrame ? .little : .big
@@ -168,10 +173,33 @@ public struct ClusterStreams {
     /// Rooms with a stream: those with members here.
     public var count: Int { streams.count }
 
-    /// `room` got its first member here: a new stream.
+    /// `room` got its first member here: a new stream (or the one carried
+    /// over a restart for it, `restore`).
     public mutating func open(_ room: RoomName) {
+        guard streams[room] == nil else { return }
         lastID += 1
         streams[room] = Stream(id: lastID, channel: channels.room(room))
+    }
+
+    /// The last stream id drawn, and every open stream: what a restart
+    /// carries over (`HandOverState.Cluster`).
+    public var snapshot: (lastID: UInt64, streams: [(room: RoomName, id: UInt64, seq: UInt64)]) {
+        (lastID, streams.map { (room: $0.key, id: $0.value.id, seq: $0.value.seq) })
+    }
+
+    /// Takes over the numbering of the previous process: its streams go on
+    /// where it stopped, and new ones are numbered after its last.
+    public mutating func restore(lastID: UInt64, streams carried: [(room: RoomName, id: UInt64, seq: UInt64)]) {
+        self.lastID = max(self.lastID, lastID)
+        for s in carried {
+            streams[s.room] = Stream(id: s.id, seq: s.seq, channel: channels.room(s.room))
+            self.lastID = max(self.lastID, s.id)
+        }
+    }
+
+    /// Drops the streams of rooms not in `keep` (carried over, but no member came back to them).
+    public mutating func retain(_ keep: Set<RoomName>) {
+        streams = streams.filter { keep.contains($0.key) }
     }
 
     /// `room` lost its last member here.
@@ -232,6 +260,15 @@ public struct ClusterSequenceTracker {
         rooms[room]![origin] = Position(stream: stream, seq: seq)
         // A new run of the room at the origin: the frames of it before this one were lost.
         return .deliver(missed: stream == last.stream ? seq - last.seq - 1 : max(seq, 1) - 1)
+    }
+
+    /// `origin` is gone (it said bye, or was silent for `cluster.timeout`):
+    /// its positions in every room. O(rooms).
+    public mutating func forget(origin: UInt64) {
+        for room in rooms.keys where rooms[room]![origin] != nil {
+            rooms[room]![origin] = nil
+            if rooms[room]!.isEmpty { rooms[room] = nil }
+        }
     }
 
     /// This daemon stopped listening to `room` (its last member left): what

@@ -11,6 +11,7 @@
 ///     payload  records: tag u16 | length u32 | value (length bytes)
 ///              tag 1: the globals (nested records, `GlobalTag`)
 ///              tag 2: one connection (nested records, `FieldTag`)
+///              tag 3: the cluster link (nested records, `ClusterTag`), if any
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -42,6 +43,33 @@ public struct HandOverState: Equatable, Sendable {
     /// The socket options the writer set on its clients (`Socket.configureClient`),
     /// so that the reader sets them again only when they changed ("": unknown).
     public var socketOptions = ""
+    /// The cluster link's identity and numbering (docs/protocol.md §12);
+    /// nil: no cluster, or a writer before it was added.
+    public var cluster: Cluster? = nil
+
+    /// What the cluster link carries over, so that the other daemons see the
+    /// same daemon go on: its origin and, per room with members, its stream
+    /// and the last number it gave (frames it could not publish meanwhile
+    /// show as a gap, never as a new daemon).
+    public struct Cluster: Equatable, Sendable {
+        public var origin: UInt64
+        /// The last stream id drawn (`ClusterStreams`).
+        public var lastStream: UInt64
+        public var streams: [Stream]
+
+        public struct Stream: Equatable, Sendable {
+            public var room: RoomName
+            public var id: UInt64
+            public var seq: UInt64
+            public init(room: RoomName, id: UInt64, seq: UInt64) { self.room = room; self.id = id; self.seq = seq }
+        }
+
+        public init(origin: UInt64, lastStream: UInt64, streams: [Stream]) {
+            self.origin = origin
+            self.lastStream = lastStream
+            self.streams = streams
+        }
+    }
 
     public init(stoppedReadingMs: UInt64 = 0, writer: String = "", connections: [Record] = []) {
         self.stoppedReadingMs = stoppedReadingMs
@@ -109,6 +137,13 @@ public struct HandOverState: Equatable, Sendable {
     enum RecordTag: UInt16 {
         case globals = 1
         case connection = 2
+        case cluster = 3
+    }
+
+    enum ClusterTag: UInt16 {
+        case origin = 1, lastStream, stream
+        /// Inside a stream record.
+        case room = 10, id, seq
     }
 
     enum GlobalTag: UInt16 {
@@ -201,6 +236,19 @@ public struct HandOverState: Equatable, Sendable {
                 if let ms = c.softLimitElapsedMs { w.u32(FieldTag.softLimitElapsedMs.rawValue, ms) }
             }
         }
+        if let cluster {
+            w.nested(RecordTag.cluster.rawValue) { w in
+                w.u64(ClusterTag.origin.rawValue, cluster.origin)
+                w.u64(ClusterTag.lastStream.rawValue, cluster.lastStream)
+                for s in cluster.streams {
+                    w.nested(ClusterTag.stream.rawValue) { w in
+                        w.bytes(ClusterTag.room.rawValue, s.room.bytes)
+                        w.u64(ClusterTag.id.rawValue, s.id)
+                        w.u64(ClusterTag.seq.rawValue, s.seq)
+                    }
+                }
+            }
+        }
         let payloadBytes = w.bytes.count - Self.headerSize
         let crc = w.bytes.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[Self.headerSize...])) }
         w.patch(at: 8, UInt64(payloadBytes))
@@ -261,6 +309,8 @@ public struct HandOverState: Equatable, Sendable {
                 }
             case .connection:
                 state.connections.append(try decodeRecord(value))
+            case .cluster:
+                state.cluster = try decodeCluster(value)
             case nil:
                 break
             }
@@ -269,6 +319,32 @@ public struct HandOverState: Equatable, Sendable {
             throw .damaged("\(state.connections.count) connection records, the globals say \(expectedCount)")
         }
         return state
+    }
+
+    private static func decodeCluster(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> Cluster {
+        var c = Cluster(origin: 0, lastStream: 0, streams: [])
+        var reader = Reader(bytes)
+        while let (tag, v) = try reader.next() {
+            switch ClusterTag(rawValue: tag) {
+            case .origin: c.origin = try Reader.u64(v, "cluster origin")
+            case .lastStream: c.lastStream = try Reader.u64(v, "cluster stream")
+            case .stream:
+                var s = Cluster.Stream(room: RoomName(bytes: []), id: 0, seq: 0)
+                var fields = Reader(v)
+                while let (f, fv) = try fields.next() {
+                    switch ClusterTag(rawValue: f) {
+                    case .room: s.room = RoomName(bytes: Array(fv))
+                    case .id: s.id = try Reader.u64(fv, "cluster stream id")
+                    case .seq: s.seq = try Reader.u64(fv, "cluster stream number")
+                    default: break
+                    }
+                }
+                c.streams.append(s)
+            default: break
+            }
+        }
+        guard c.origin != 0 else { throw .damaged("a cluster record without its origin") }
+        return c
     }
 
     private static func decodeRecord(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> Record {

@@ -179,3 +179,46 @@ final class RecordingObserver: RelayObserver {
         }
     }
 }
+
+@Suite struct ClusterLifeCycleWireTests {
+    @Test("a restart's numbering: carried streams go on, new ones come after the last, rooms nobody came back to are dropped")
+    func streamsCarryOver() {
+        var a = ClusterStreams(channels: ClusterChannels(name: "t"))
+        a.open("r1")
+        a.open("r2")
+        _ = a.next("r1"); _ = a.next("r1"); _ = a.next("r2")
+        let s = a.snapshot
+        var b = ClusterStreams(channels: ClusterChannels(name: "t"))
+        b.restore(lastID: s.lastID, streams: s.streams)
+        b.open("r1")  // the restore reopens the room: its stream goes on
+        b.retain(["r1"])
+        let n = b.next("r1")
+        #expect(n.stream == 1 && n.seq == 3, "r1 goes on at 3 in stream 1")
+        #expect(b.count == 1, "r2 was dropped")
+        b.open("r3")
+        #expect(b.next("r3").stream == 3, "a new stream is numbered after the previous process's last")
+    }
+
+    @Test("a departed origin is forgotten in every room; others stay")
+    func trackerForgetsAnOrigin() {
+        var t = ClusterSequenceTracker()
+        _ = t.check(room: "a", origin: 1, stream: 1, seq: 5)
+        _ = t.check(room: "b", origin: 1, stream: 1, seq: 5)
+        _ = t.check(room: "a", origin: 2, stream: 1, seq: 5)
+        t.forget(origin: 1)
+        #expect(t.count == 1)
+        #expect(t.check(room: "a", origin: 1, stream: 1, seq: 9) == .deliver(missed: 0), "starts over: no gap counted")
+        #expect(t.check(room: "a", origin: 2, stream: 1, seq: 9) == .deliver(missed: 3))
+    }
+
+    @Test("a bye envelope and the daemons channel")
+    func byeEnvelope() throws {
+        #expect(ClusterChannels(name: "x").daemons == Array("roomcast:x:daemons".utf8))
+        var out: [UInt8] = []
+        ClusterEnvelope.encode(kind: .bye, origin: 42, stream: 0, seq: 0, room: RoomName(bytes: []), address: "",
+                               frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &out)
+        #expect(out[1] == 3)
+        let view = try out.withUnsafeBytes { try ClusterEnvelope.decode($0).get() }
+        #expect(view.kind == .bye && view.origin == 42)
+    }
+}

@@ -269,3 +269,14 @@ struct HandOverStateTests {
         try Data(Self.full.encode()).write(to: Self.fixtureURL)
     }
 }
+
+@Suite struct HandOverStateClusterTests {
+    @Test("the cluster record round-trips; a state without one has none")
+    func clusterRoundTrip() throws {
+        var s = HandOverState(stoppedReadingMs: 7, writer: "t")
+        #expect(try HandOverState.decode(s.encode()).cluster == nil)
+        s.cluster = .init(origin: 0xDEAD_BEEF, lastStream: 9,
+                          streams: [.init(room: "r1", id: 3, seq: 120), .init(room: RoomName(bytes: [0xFF, 0x00]), id: 9, seq: 1)])
+        #expect(try HandOverState.decode(s.encode()) == s)
+    }
+}

@@ -9,8 +9,9 @@ import RoomcastIO
 // through `RelayObserver`), what it subscribes to (the rooms with members
 // here), what it delivers (other daemons' frames, through
 // `Server.deliverFromCluster`), and how it survives a Redis that is down,
-// slow, restarted or stopped. Local relay never waits for it: it only
-// appends to hiredis's output, which is written once per loop turn.
+// slow, restarted, stopped or not Redis at all. Local relay never waits
+// for it: it only appends to a connection's output, which is written once
+// per loop turn.
 
 /// What STATUS= and the stats line report about the cluster.
 struct ClusterFigures: Equatable {
@@ -28,6 +29,10 @@ struct ClusterFigures: Equatable {
     var gaps: UInt64
     /// Frames of other daemons dropped as late duplicates.
     var late: UInt64
+    /// Messages dropped whose envelope named another room than their channel.
+    var misrouted: UInt64 = 0
+    /// Messages dropped that arrived for a room with no member here any more.
+    var stale: UInt64 = 0
 
     /// `cluster connected, 3 rooms, 1200 frames out, 2400 in, 0 dropped, 0 gaps`.
     var summary: String {
@@ -48,10 +53,11 @@ final class ClusterLink: RelayObserver {
     unowned let server: Server
     let address: RedisAddress
     private(set) var settings: Config.Cluster
-    /// This daemon in the cluster: random, drawn at each start.
-    let origin: UInt64
+    /// This daemon in the cluster: random, drawn at each start, and carried
+    /// over a restart that keeps the clients (`adopt`).
+    private(set) var origin: UInt64
     let channels: ClusterChannels
-    let heartbeatChannel: [UInt8]
+    private(set) var heartbeatChannel: [UInt8]
     /// The kind of every frame relayed here (one byte order per daemon).
     let kind: ClusterEnvelope.Kind
     let byteOrder: ByteOrder
@@ -61,7 +67,7 @@ final class ClusterLink: RelayObserver {
     private var streams: ClusterStreams
     var tracker = ClusterSequenceTracker()
     /// Rooms with members here: what the subscriber should listen to.
-    private var rooms: Set<RoomName> = []
+    private(set) var rooms: Set<RoomName> = []
     /// What the subscriber has asked Redis for since it connected.
     private var subscribed: Set<RoomName> = []
     /// Rooms opened or closed since the last flush (the subscriber's work).
@@ -72,6 +78,10 @@ final class ClusterLink: RelayObserver {
     private(set) var dropped: UInt64 = 0
     var gaps: UInt64 = 0
     var late: UInt64 = 0
+    /// Messages dropped because their envelope named another room than their channel.
+    var misrouted: UInt64 = 0
+    /// Messages dropped because their room has no member here any more (in flight when it closed).
+    var stale: UInt64 = 0
 
     /// The next heartbeat to ourselves through Redis, in ms.
     private var nextHeartbeatMs: UInt64 = 0
@@ -84,7 +94,16 @@ final class ClusterLink: RelayObserver {
     /// the figures then, for the line that says it is back.
     private var downSince: (ms: UInt64, dropped: UInt64, gaps: UInt64)?
     private var attemptsWhileDown = 0
+    /// The last surprise or refusal logged (each distinct one is logged once).
+    private var lastProblem: String?
     private var random: UInt64
+
+    /// The other daemons and their members in rooms here (ClusterMembers.swift).
+    var remote = RemoteDaemons()
+    var remoteOverflowSaid = false
+    /// The connections were restored after a crash (a new origin): their
+    /// members are announced again once the link is up (`announceRestoredMembers`).
+    var restoredAfterCrash = false
 
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
@@ -102,17 +121,23 @@ final class ClusterLink: RelayObserver {
         heartbeatChannel = channels.heartbeat(origin: origin)
         streams = ClusterStreams(channels: channels)
         envelope.reserveCapacity(1024)
-        publisher = RedisConnection(role: .publisher, link: self, selector: server.selector)
-        subscriber = RedisConnection(role: .subscriber, link: self, selector: server.selector)
+        // A message is one frame in an envelope; other daemons may allow larger frames than this one.
+        let largest = max(server.config.protocol.maxFrameBytes, server.config.json.maxFrameBytes)
+        let maxReply = max(64 << 20, 2 * largest + (64 << 10))
+        publisher = RedisConnection(role: .publisher, link: self, selector: server.selector, maxReplyBytes: maxReply)
+        subscriber = RedisConnection(role: .subscriber, link: self, selector: server.selector, maxReplyBytes: maxReply)
     }
 
     var nowMs: UInt64 { server.clock() }
     var logger: Logger { server.logger }
     var connected: Bool { publisher.state == .ready && subscriber.state == .ready }
 
+    /// Whether `room` has members here (what the subscriber listens to).
+    func hasMembers(_ room: RoomName) -> Bool { rooms.contains(room) }
+
     var figures: ClusterFigures {
         ClusterFigures(connected: connected, rooms: subscriber.state == .ready ? subscribed.count : 0, published: published,
-                       received: received, dropped: dropped, gaps: gaps, late: late)
+                       received: received, dropped: dropped, gaps: gaps, late: late, misrouted: misrouted, stale: stale)
     }
 
     /// New `timeout` and `max_output_bytes` (reload); `redis` and `name` need a restart.
@@ -121,8 +146,26 @@ final class ClusterLink: RelayObserver {
         settings.maxOutputBytes = new.maxOutputBytes
     }
 
+    /// Before the restore: the previous process's origin and numbering,
+    /// so that the other daemons see this daemon go on (frames it relayed
+    /// and could not publish count as a gap there) rather than a new one.
+    func adopt(_ carried: HandOverState.Cluster) {
+        origin = carried.origin
+        random = origin
+        heartbeatChannel = channels.heartbeat(origin: origin)
+        streams.restore(lastID: carried.lastStream, streams: carried.streams.map { (room: $0.room, id: $0.id, seq: $0.seq) })
+    }
+
+    /// What a restart carries over (`HandOverState.cluster`).
+    func carry() -> HandOverState.Cluster {
+        let s = streams.snapshot
+        return HandOverState.Cluster(origin: origin, lastStream: s.lastID,
+                                     streams: s.streams.map { HandOverState.Cluster.Stream(room: $0.room, id: $0.id, seq: $0.seq) })
+    }
+
     /// The first connects; the loop's timers do the rest.
     func start(nowMs: UInt64) {
+        streams.retain(rooms)  // carried streams of rooms nobody came back to
         logger.info("cluster: origin \(ClusterEnvelope.hex(origin)), Redis at \(address), channels "
                     + "roomcast:\(settings.name):room:ROOM", ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(origin)])
         downSince = (nowMs, 0, 0)
@@ -130,12 +173,19 @@ final class ClusterLink: RelayObserver {
         connect(subscriber, nowMs: nowMs)
     }
 
-    /// At exit: what hiredis holds is written if the socket takes it, then
-    /// both contexts are freed while everything they point to is alive.
-    func shutdown() {
+    /// At exit: a bye to the other daemons when this one stops for good
+    /// (`bye`; not at a hand-over, where the next process goes on as this
+    /// daemon), what the publisher holds written if the socket takes it,
+    /// then both connections closed.
+    func shutdown(bye: Bool) {
+        if bye && publisher.state == .ready {
+            ClusterEnvelope.encode(kind: .bye, origin: origin, stream: 0, seq: 0, room: RoomName(bytes: []), address: "",
+                                   frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
+            _ = publisher.publish(channels.daemons, envelope, nowMs: nowMs)
+        }
         publisher.flush()
-        publisher.free()
-        subscriber.free()
+        publisher.close()
+        subscriber.close()
     }
 
     // MARK: - The relay's hooks (RelayObserver)
@@ -150,6 +200,7 @@ final class ClusterLink: RelayObserver {
         rooms.remove(room)
         streams.close(room)
         tracker.forget(room: room)
+        remote.roomClosed(room)
         if subscriber.state == .handshaking || subscriber.state == .ready { changedRooms.append(room) }
     }
 
@@ -242,7 +293,9 @@ final class ClusterLink: RelayObserver {
             ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
                                    frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
             _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
+            _ = publisher.publish(channels.daemons, envelope, nowMs: now)
             nextHeartbeatMs = now + max(1, timeout / 4)
+            expireSilentDaemons(now: now)
         }
     }
 
@@ -256,13 +309,11 @@ final class ClusterLink: RelayObserver {
         }
     }
 
-    /// hiredis's connect callback (OK): the handshake starts.
+    /// connect(2) completed: the handshake starts.
     func redisConnected(_ c: RedisConnection) {
-        c.state = .handshaking
-        c.sinceMs = nowMs
         switch c.role {
         case .publisher:
-            c.command([Array("PING".utf8)], .ping)
+            c.command([Array("PING".utf8)], .pong)
         case .subscriber:
             // The heartbeat channel first (its confirmation makes the
             // subscriber ready, and keeps the context subscribed while no
@@ -270,30 +321,38 @@ final class ClusterLink: RelayObserver {
             subscribed = rooms
             changedRooms.removeAll()
             let all = rooms.map { channels.room($0) }
-            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel], .subscription)
+            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel, channels.daemons], .subscribe)
             var start = 0
             while start < all.count {
                 let end = min(start + Self.subscribeBatch, all.count)
-                c.command([Array("SUBSCRIBE".utf8)] + all[start..<end], .subscription)
+                c.command([Array("SUBSCRIBE".utf8)] + all[start..<end], .subscribe)
                 start = end
             }
         }
     }
 
-    /// hiredis's connect (ERR) or disconnect callback: the context is being
-    /// freed by hiredis; the next attempt is a timer.
-    func redisLost(_ c: RedisConnection, reason: String, connected: Bool) {
+    /// The connection broke and is closed (`RedisConnection.Loss` says
+    /// how); the next attempt is a timer. What answered at the address is
+    /// not Redis as we speak it, or refused us: said once per distinct
+    /// reason, since it repeats at every attempt until someone fixes it.
+    func redisLost(_ c: RedisConnection, reason: String, connected: Bool, loss: RedisConnection.Loss) {
         let now = nowMs
-        if connected || c.state == .ready || c.state == .handshaking {
-            wentDown(c, reason, now: now)
+        if loss != .io && reason != lastProblem {
+            lastProblem = reason
+            let code = loss == .refused ? "cluster_refused" : "cluster_protocol"
+            logger.warning("cluster: \(c.role.name) connection to Redis at \(address) closed: "
+                           + (loss == .refused ? "\(reason)" : "what answers there is not Redis as roomcastd speaks it: \(reason)")
+                           + "; reconnecting with backoff, local relay goes on",
+                           ["REASON": code, "REDIS": address.description, "DETAIL": reason])
         }
+        if connected { wentDown(c, reason, now: now) }
         failed(c, reason, now: now)
     }
 
-    /// Drops a connection that hiredis still holds (watchdog, timeouts, a bad answer).
+    /// Drops a connection from the loop's side (watchdog, timeouts).
     private func lose(_ c: RedisConnection, _ reason: String, now: UInt64) {
         let wasUp = c.state == .ready || c.state == .handshaking
-        c.free()
+        c.close()
         if wasUp { wentDown(c, reason, now: now) }
         failed(c, reason, now: now)
     }
@@ -308,11 +367,15 @@ final class ClusterLink: RelayObserver {
     }
 
     /// The connection is idle until its next attempt (backoff with jitter).
+    /// The backoff starts over only after a connection that stayed up, every
+    /// command of its handshake answered, for `cluster.timeout`: a server
+    /// that accepts and then refuses or garbles (an ACL without access to
+    /// our channels, a proxy) is retried at 50 ms, 100 ms ... 2 s, never
+    /// every 50 ms forever.
     private func failed(_ c: RedisConnection, _ reason: String, now: UInt64) {
-        c.state = .idle
         c.pendingReset = nil
-        c.outstanding = 0
-        c.awaitingSinceMs = nil
+        if let settled = c.settledAtMs, now &- settled >= settings.timeoutMs { c.attempts = 0 }
+        c.settledAtMs = nil
         if c.role == .subscriber { subscribed.removeAll(); changedRooms.removeAll() }
         random ^= random << 13; random ^= random >> 7; random ^= random << 17
         let delay = Self.retryDelayMs(failedAttempts: c.attempts, random: random)
@@ -338,11 +401,15 @@ final class ClusterLink: RelayObserver {
     /// A connection answered its handshake; the cluster is up when both have.
     func becameReady(_ c: RedisConnection, now: UInt64) {
         c.state = .ready
-        c.attempts = 0
         lastHeardMs = now  // the heartbeat round trip starts over
         if c.role == .publisher { nextHeartbeatMs = now }
+        if c.role == .publisher && restoredAfterCrash {
+            restoredAfterCrash = false
+            announceRestoredMembers()
+        }
         guard connected, let down = downSince else { return }
         downSince = nil
+        remote.heardAll(nowMs: now)  // nobody could be heard while this daemon was cut off
         let fields: KeyValuePairs<String, String> = ["REASON": "cluster_up", "REDIS": address.description]
         if !everUp {
             everUp = true
@@ -375,7 +442,7 @@ final class ClusterLink: RelayObserver {
                 unsubscribe.append(channels.room(room))
             }
         }
-        if unsubscribe.count > 1 { subscriber.command(unsubscribe, .subscription) }
-        if subscribe.count > 1 { subscriber.command(subscribe, .subscription) }
+        if unsubscribe.count > 1 { subscriber.command(unsubscribe, .unsubscribe) }
+        if subscribe.count > 1 { subscriber.command(subscribe, .subscribe) }
     }
 }

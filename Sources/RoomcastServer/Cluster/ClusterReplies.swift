@@ -7,43 +7,47 @@ import RoomcastIO
 // pushes: handshakes, heartbeats, other daemons' frames (Cluster.swift),
 // and the server's side: starting the link, delivering those frames.
 extension ClusterLink {
-    // MARK: - Replies
+    // MARK: - Replies (RedisConnection matched them to their commands)
 
-    /// hiredis's reply callback (`reply` nil: the context is being freed).
-    func redisReply(_ c: RedisConnection, _ tag: RedisReplyTag, _ reply: UnsafeMutablePointer<redisReply>?) {
-        guard let reply else { return }
-        switch tag {
-        case .ping:
-            let now = nowMs
-            c.replied(nowMs: now)
-            if reply.pointee.type == REDIS_REPLY_ERROR {
-                c.pendingReset = "PING: \(reply.text)"
-            } else if c.state == .handshaking {
-                becameReady(c, now: now)
-            }
-        case .publish:
-            c.replied(nowMs: c.outstanding > 1 ? nowMs : 0)
-            if reply.pointee.type == REDIS_REPLY_ERROR {
-                logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(reply.text)",
-                                   ["REDIS": address.description, "DETAIL": reply.text])
-            }
-        case .subscription:
-            subscription(c, reply)
-        }
+    /// Every command of the handshake is answered: the publisher's PING,
+    /// or every channel the subscriber asked for while connecting (the
+    /// heartbeat channel, every room with members here). Only then is the
+    /// connection ready: a subscriber that Redis refuses a room never is,
+    /// so the cluster does not flap between up and down at each attempt.
+    func redisSettled(_ c: RedisConnection) {
+        if c.state == .handshaking { becameReady(c, now: nowMs) }
     }
 
-    private func subscription(_ c: RedisConnection, _ reply: UnsafeMutablePointer<redisReply>) {
-        guard let type = reply.bytes(at: 0), let channel = reply.bytes(at: 1) else { return }
-        if type.count == 7, let payload = reply.bytes(at: 2), memcmp(type.baseAddress!, "message", 7) == 0 {
-            message(payload)
-        } else if type.count == 9, memcmp(type.baseAddress!, "subscribe", 9) == 0, c.state == .handshaking,
-                  channel.elementsEqual(heartbeatChannel) {
-            becameReady(c, now: nowMs)
-        }
+    /// Redis answered a PUBLISH with an error (an ACL, out of memory): that
+    /// frame is lost, the connection stays.
+    func redisPublishRefused(_ c: RedisConnection, _ text: String) {
+        logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused a PUBLISH: \(text)",
+                           ["REDIS": address.description, "DETAIL": text])
     }
 
-    /// One message from a room channel or our heartbeat channel.
-    private func message(_ payload: UnsafeRawBufferPointer) {
+    /// A message pushed on the subscriber.
+    /// - Returns: false when its channel is none this daemon subscribes to
+    ///   (a room channel whose room closed here is one: its messages were in flight).
+    func redisMessage(_ c: RedisConnection, channel: UnsafeRawBufferPointer, payload: UnsafeRawBufferPointer) -> Bool {
+        if channel.elementsEqual(heartbeatChannel) || channel.elementsEqual(channels.daemons) {
+            message(payload, room: nil)
+            return true
+        }
+        guard channel.count >= channels.roomPrefix.count,
+              UnsafeRawBufferPointer(rebasing: channel[..<channels.roomPrefix.count]).elementsEqual(channels.roomPrefix) else {
+            return false
+        }
+        message(payload, room: UnsafeRawBufferPointer(rebasing: channel[channels.roomPrefix.count...]))
+        return true
+    }
+
+    /// One message from a room channel (`room`: the channel's room) or our
+    /// heartbeat channel (nil). The room a frame goes to is always the
+    /// channel's: an envelope naming another room is dropped and counted
+    /// (`misrouted`), so no subscribed channel can inject into other rooms.
+    /// A message for a room with no member here any more (it was in flight
+    /// when the room closed) is dropped before it creates any state.
+    private func message(_ payload: UnsafeRawBufferPointer, room channelRoom: UnsafeRawBufferPointer?) {
         let v: ClusterEnvelope.View
         switch ClusterEnvelope.decode(payload) {
         case .success(let view):
@@ -58,8 +62,28 @@ extension ClusterLink {
             if v.kind == .heartbeat { lastHeardMs = nowMs }
             return  // our own frames: relayed here already
         }
-        guard v.kind != .heartbeat else { return }
-        let room = RoomName(bytes: Array(v.room))
+        guard let channelRoom else {
+            switch v.kind {
+            case .heartbeat: remote.heard(v.origin, nowMs: nowMs)
+            case .bye: departed(v.origin, "stopped (it said bye)")
+            default: break
+            }
+            return
+        }
+        guard v.kind != .heartbeat && v.kind != .bye else { return }
+        guard v.room.elementsEqual(channelRoom) else {
+            misrouted &+= 1
+            logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
+                               "cluster: dropped a message from daemon \(ClusterEnvelope.hex(v.origin)) on the channel of "
+                               + "\(RoomName(bytes: Array(channelRoom))) whose envelope names another room",
+                               ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(v.origin)])
+            return
+        }
+        let room = RoomName(bytes: Array(channelRoom))
+        guard hasMembers(room) else {
+            stale &+= 1
+            return
+        }
         switch tracker.check(room: room, origin: v.origin, stream: v.stream, seq: v.seq) {
         case .late:
             late &+= 1
@@ -75,6 +99,7 @@ extension ClusterLink {
         }
         received &+= 1
         let sender = String(decoding: v.address, as: UTF8.self)
+        track(v.frame, order: v.kind == .littleEndianFrame ? .little : .big, origin: v.origin, address: sender, room: room)
         if v.kind == kind {
             server.deliverFromCluster(v.frame, room: room, address: sender)
         } else {
@@ -86,13 +111,28 @@ extension ClusterLink {
 }
 
 extension Server {
-    /// Starts the cluster link when `[cluster] redis` is set.
-    func startCluster(now: UInt64) {
+    /// Makes the cluster link when `[cluster] redis` is set, and makes it
+    /// the relay's observer: rooms opened from now on (a restore's too)
+    /// are its to subscribe. It connects at `startCluster`.
+    func makeCluster() {
         guard let address = config.cluster.redis else { return }
         let link = ClusterLink(server: self, address: address, settings: config.cluster, byteOrder: config.protocol.byteOrder)
         cluster = link
         relay.observer = link
+    }
+
+    /// Connects the cluster link. After a restore (`restored`), waits
+    /// (bounded, `ClusterLink.awaitReady`) until Redis confirmed every
+    /// restored room, so that READY=1 means they are subscribed.
+    func startCluster(now: UInt64, restored: Bool) {
+        guard let link = cluster else { return }
         link.start(nowMs: now)
+        if restored && !link.rooms.isEmpty {
+            let up = link.awaitReady()
+            logger.info(up ? "cluster: subscribed to \(plural(link.rooms.count, "restored room")) before READY=1"
+                           : "cluster: Redis did not confirm the restored rooms before READY=1; they are subscribed once it does",
+                        ["REDIS": link.address.description])
+        }
     }
 
     /// A frame another daemon relayed to `room`, for the members here

@@ -3,32 +3,28 @@
 import RoomcastCore
 import RoomcastIO
 
-// RedisConnection.swift owns one hiredis async context on the daemon's own
-// selector: no thread of hiredis's own, no event library.
+// RedisConnection.swift owns one connection to Redis on the daemon's own
+// selector: our own non-blocking socket, our own output buffer, and
+// hiredis's `redisReader` as the RESP parser (it reports a protocol error
+// as a value, where hiredis's async layer asserts and aborts the process on
+// a reply it did not expect).
 //
-// - hiredis's adapter hooks: `addWrite` only notes that output is waiting
-//   (hiredis calls it for every command); the loop calls
-//   redisAsyncHandleWrite once per turn, before it waits (`flush`), and
-//   arms EPOLLOUT only while the socket refuses bytes. `cleanup` takes the
-//   descriptor off the selector before hiredis closes it. `addRead` and
-//   `delRead` are not needed: the descriptor is always watched for reading,
-//   level-triggered (hiredis reads at most 16 KiB per call).
-// - Every command goes through redisAsyncCommandArgv (the variadic
-//   redisAsyncCommand does not import); the publish path reuses its argv.
-// - hiredis may free the context inside any of its calls (an error, EOF):
-//   `context` is read again after each, never kept in a local across one.
-// - The context is freed explicitly (`free`), never by a deinit, and never
-//   recreated inside one of its own callbacks: reconnects are timers.
-
-/// What a reply is for (the privdata of its command).
-enum RedisReplyTag: UInt {
-    /// The publisher's PING after connecting: its reply makes it ready.
-    case ping = 1
-    /// A PUBLISH (frames and heartbeats).
-    case publish = 2
-    /// Everything the subscriber's channels bring: confirmations and messages.
-    case subscription = 3
-}
+// - Commands are encoded here (RESP2 arrays of bulk strings, as every
+//   client sends them) and written once per loop turn, before the loop
+//   waits (`flush`); EPOLLOUT is armed only while the socket refuses bytes.
+// - Each command that expects a reply leaves an `Expectation` in a FIFO:
+//   Redis answers in order, so the reply at the front answers the oldest.
+//   A (UN)SUBSCRIBE of N channels is answered by N confirmations, one per
+//   channel, in order; on a subscribed connection, messages (pushes) may
+//   come between them.
+// - Anything else is a surprise: a reply nobody asked for, a reply of the
+//   wrong type or shape, a channel other than the one asked for, a protocol
+//   error, a close with a reply half read. Each is a broken connection: it
+//   is closed and reported to the link once, which reconnects with its
+//   backoff. Never an assertion, never the process.
+// - Reads are bounded per wakeup, as for clients (`readsPerWakeup` reads of
+//   `readSize` bytes); the descriptor is level-triggered, so the rest comes
+//   at the next turn.
 
 /// One connection to Redis: the cluster has a publisher and a subscriber
 /// (RESP2 allows nothing but (UN)SUBSCRIBE and PING on a subscribed one).
@@ -41,182 +37,346 @@ final class RedisConnection {
     }
 
     enum State: Equatable {
-        /// No context; the next attempt is at `retryAtMs`.
+        /// No socket; the next attempt is at `retryAtMs`.
         case idle
         /// connect(2) in progress.
         case connecting
-        /// Connected; waiting for the first answer (PONG, or the heartbeat
-        /// channel's SUBSCRIBE confirmation).
+        /// Connected; waiting for the answers to the handshake (PONG, or the
+        /// confirmation of every channel subscribed while connecting).
         case handshaking
         /// Answered: usable.
         case ready
     }
 
+    /// What the reply at the front of the FIFO must answer.
+    struct Expectation {
+        enum Kind { case pong, publish, subscribe, unsubscribe }
+        var kind: Kind
+        /// The channels of a (UN)SUBSCRIBE, confirmed one by one in this order.
+        var channels: [[UInt8]] = []
+        var confirmed = 0
+        /// Sent while connecting: part of the handshake (`settled`).
+        var handshake = false
+    }
+
+    /// Why a connection broke, for the link's log and backoff.
+    enum Loss: Equatable {
+        /// The network or the peer: refused, reset, closed, timed out.
+        case io
+        /// What answered is not Redis as we speak it (a reply nobody asked
+        /// for, a wrong shape, a protocol error, a close mid-reply).
+        case surprise
+        /// Redis refused a command of the handshake or a subscription (an ACL: `-NOPERM`).
+        case refused
+    }
+
+    /// Bytes per read(2), and reads per wakeup (as for clients, Input.swift).
+    static let readSize = 64 * 1024
+    static let readsPerWakeup = 4
+
     let role: Role
     private unowned let link: ClusterLink
     private let selector: Selector<Server.Source>
-    private(set) var context: UnsafeMutablePointer<redisAsyncContext>?
+    private(set) var fd: Int32 = -1
     private var registration: Registration?
     var state = State.idle
-    /// hiredis has output waiting since the last flush (its `addWrite` hook).
-    fileprivate var wantsWrite = false
-    /// Inside our own redisAsyncFree: its callbacks report nothing.
-    fileprivate var freeing = false
+    private var reader: UnsafeMutablePointer<redisReader>?
+    private var input = [UInt8](repeating: 0, count: RedisConnection.readSize)
+    /// Commands encoded and not yet written; `outputSent` of them are.
+    private var output: [UInt8] = []
+    private var outputSent = 0
+    /// What the replies to come answer, oldest at `expectedHead`.
+    private var expected: [Expectation] = []
+    private var expectedHead = 0
+    /// Handshake commands not yet fully answered.
+    private var handshakeLeft = 0
 
     /// When the current state began (connect timeouts), in ms.
     var sinceMs: UInt64 = 0
     /// When an idle connection tries again, in ms.
     var retryAtMs: UInt64 = 0
-    /// Attempts since it was last ready (the backoff's exponent).
+    /// Attempts since the connection last stayed up (the backoff's exponent).
     var attempts = 0
-    /// Commands sent that expect a reply and have none yet.
-    var outstanding = 0
+    /// When every command of the handshake was answered (nil: not yet, or not connected), in ms.
+    var settledAtMs: UInt64?
     /// Since when the oldest unanswered command has waited without any reply, in ms (nil: none waits).
     var awaitingSinceMs: UInt64?
-    /// A reason to drop the connection, found inside a callback (where
-    /// hiredis must not be freed); acted on by the next timer run.
+    /// A reason to drop the connection found where it cannot be closed
+    /// (the selector refused a change); acted on by the next timer run.
     var pendingReset: String?
 
-    // The publish path's argv, made once.
-    private let argv = UnsafeMutablePointer<UnsafePointer<CChar>?>.allocate(capacity: 3)
-    private let argvlen = UnsafeMutablePointer<Int>.allocate(capacity: 3)
-    private let publishCommand = UnsafePointer(strdup("PUBLISH")!)
+    /// The most bytes one reply may hold before it is whole: a message is a
+    /// frame (`limits.max_frame_bytes`) in an envelope; a server that
+    /// announces more is not one of ours.
+    let maxReplyBytes: Int
 
-    init(role: Role, link: ClusterLink, selector: Selector<Server.Source>) {
+    init(role: Role, link: ClusterLink, selector: Selector<Server.Source>, maxReplyBytes: Int) {
         self.role = role
         self.link = link
         self.selector = selector
+        self.maxReplyBytes = maxReplyBytes
+        output.reserveCapacity(4096)
     }
 
     deinit {
-        argv.deallocate()
-        argvlen.deallocate()
-        Glibc.free(UnsafeMutableRawPointer(mutating: publishCommand))
+        if let reader { redisReaderFree(reader) }
     }
 
-    /// Bytes hiredis holds for Redis and has not written.
-    var pendingOutput: Int {
-        guard let context else { return 0 }
-        return roomcast_redis_pending_output(context)
-    }
+    /// Bytes encoded for Redis and not yet written.
+    var pendingOutput: Int { output.count - outputSent }
 
-    // MARK: - Connect and free
+    /// Replies still expected.
+    var outstanding: Int { expected.count - expectedHead }
 
-    /// Starts a non-blocking connect (a numeric address: hiredis's
-    /// getaddrinfo then does no lookup).
+    // MARK: - Connect and close
+
+    /// Starts a non-blocking connect to a numeric address (nothing is looked up).
     /// - Returns: nil once the connect is under way, or why it could not start.
     func connect(_ address: RedisAddress, nowMs: UInt64) -> String? {
-        precondition(context == nil)
-        let made: UnsafeMutablePointer<redisAsyncContext>?
+        precondition(fd < 0)
+        let family: Int32
+        var sockaddrBytes: [UInt8]
         switch address {
-        case .tcp(let host, let port, _): made = redisAsyncConnect(host, Int32(port))
-        case .unix(let path): made = redisAsyncConnectUnix(path)
+        case .tcp(let host, let port, _):
+            guard let a = try? SocketAddress.resolve(host: host, port: port, numericHost: true).first else {
+                return "\(host) is not a numeric address"
+            }
+            family = a.family
+            sockaddrBytes = a.bytes
+        case .unix(let path):
+            var un = sockaddr_un()
+            un.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &un.sun_path) { $0.copyBytes(from: path.utf8.prefix($0.count - 1)) }
+            family = AF_UNIX
+            sockaddrBytes = withUnsafeBytes(of: &un) { Array($0) }
         }
-        guard let ac = made else { return "out of memory" }
-        if ac.pointee.err != 0 {
-            let reason = String(cString: ac.pointee.errstr)
-            redisAsyncFree(ac)
+        let s = socket(family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard s >= 0 else { return "socket: \(String(cString: strerror(errno)))" }
+        if family != AF_UNIX { _ = Sys.setOption(s, Int32(IPPROTO_TCP), TCP_NODELAY, 1) }
+        let rc = sockaddrBytes.withUnsafeBytes {
+            Glibc.connect(s, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+        }
+        if rc != 0 && errno != EINPROGRESS {
+            let reason = String(cString: strerror(errno))
+            Sys.close(s)
             return reason
         }
-        let me = Unmanaged.passUnretained(self).toOpaque()
-        ac.pointee.data = me
-        ac.pointee.ev.data = me
-        // Every hook before SetConnectCallback: it calls addWrite to learn when the connect completes.
-        ac.pointee.ev.addWrite = { p in Unmanaged<RedisConnection>.fromOpaque(p!).takeUnretainedValue().wantsWrite = true }
-        ac.pointee.ev.cleanup = { p in Unmanaged<RedisConnection>.fromOpaque(p!).takeUnretainedValue().contextCleanedUp() }
         do {
-            // EPOLLOUT tells when connect(2) completes; the fd stays on the
-            // selector until hiredis's cleanup hook.
-            registration = try selector.register(ac.pointee.c.fd, .cluster(role.rawValue), readable: true, writable: true)
+            // EPOLLOUT tells when connect(2) completes.
+            registration = try selector.register(s, .cluster(role.rawValue), readable: true, writable: true)
         } catch {
-            redisAsyncFree(ac)
+            Sys.close(s)
             return error.description
         }
-        context = ac
-        redisAsyncSetConnectCallback(ac) { ac, status in
-            guard let c = RedisConnection.of(ac), !c.freeing else { return }
-            if status == REDIS_OK {
-                c.link.redisConnected(c)
-            } else {
-                c.link.redisLost(c, reason: RedisConnection.errorText(ac), connected: false)
-            }
-        }
-        redisAsyncSetDisconnectCallback(ac) { ac, status in
-            guard let c = RedisConnection.of(ac), !c.freeing else { return }
-            c.link.redisLost(c, reason: status == REDIS_OK ? "disconnected" : RedisConnection.errorText(ac), connected: true)
-        }
+        fd = s
+        reader = reader ?? redisReaderCreate()
         state = .connecting
         sinceMs = nowMs
-        outstanding = 0
         awaitingSinceMs = nil
         pendingReset = nil
+        settledAtMs = nil
         return nil
     }
 
-    /// Frees the context now (redisAsyncFree runs every pending callback
-    /// with no reply and the cleanup hook before it returns); its callbacks
-    /// report nothing. Never call it from inside a hiredis callback.
-    func free() {
-        guard let ac = context else { return }
-        freeing = true
-        redisAsyncFree(ac)
-        freeing = false
-        context = nil
-        state = .idle
-    }
-
-    /// hiredis's cleanup hook: the descriptor leaves the selector before hiredis closes it.
-    private func contextCleanedUp() {
+    /// Closes the socket now and forgets every command and reply in flight.
+    /// The link decides what happens next (`ClusterLink.failed`).
+    func close() {
         if let r = registration { selector.deregister(r) }
         registration = nil
-        context = nil
-        wantsWrite = false
+        if fd >= 0 { Sys.close(fd) }
+        fd = -1
+        // A fresh parser for the next connection: no half reply carries over.
+        if let reader { redisReaderFree(reader) }
+        reader = nil
+        output.removeAll(keepingCapacity: output.capacity <= 1 << 20)
+        outputSent = 0
+        expected.removeAll(keepingCapacity: true)
+        expectedHead = 0
+        handshakeLeft = 0
+        state = .idle
+        awaitingSinceMs = nil  // settledAtMs stays: the link's backoff reads it
     }
 
-    private static func of(_ ac: UnsafePointer<redisAsyncContext>?) -> RedisConnection? {
-        guard let data = ac?.pointee.data else { return nil }
-        return Unmanaged<RedisConnection>.fromOpaque(data).takeUnretainedValue()
+    /// The connection broke (`reason`): closed, and the link told once.
+    private func broke(_ reason: String, _ loss: Loss) {
+        let wasConnected = state == .handshaking || state == .ready
+        close()
+        link.redisLost(self, reason: reason, connected: wasConnected, loss: loss)
     }
 
-    private static func errorText(_ ac: UnsafePointer<redisAsyncContext>?) -> String {
-        guard let ac else { return "error" }
-        if let s = ac.pointee.errstr, s.pointee != 0 { return String(cString: s) }
-        if ac.pointee.c.errstr.0 != 0 {
-            return withUnsafeBytes(of: ac.pointee.c.errstr) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-        }
-        return "error \(ac.pointee.err)"
-    }
-
-    // MARK: - Readiness and writes
+    // MARK: - Readiness, reads and writes
 
     /// An event of the selector for this connection.
     func ready(_ readiness: Readiness) {
-        guard let ac = context else { return }
-        if roomcast_redis_connected(ac) == 0 {
-            // The connect completed (or failed): hiredis learns which at its first write event.
-            if readiness.contains(.writable) || readiness.contains(.hangup) { write() }
+        guard fd >= 0 else { return }
+        if state == .connecting {
+            guard readiness.contains(.writable) || readiness.contains(.hangup) else { return }
+            var error: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 { error = errno }
+            if error != 0 { return broke(String(cString: strerror(error)), .io) }
+            state = .handshaking
+            sinceMs = link.nowMs
+            link.redisConnected(self)
+            write()
             return
         }
         if readiness.contains(.readable) || readiness.contains(.hangup) {
-            redisAsyncHandleRead(ac)  // one read of at most 16 KiB; level-triggered, so the rest comes next turn
+            readReplies()
+            guard fd >= 0 else { return }
         }
-        if readiness.contains(.writable), context != nil { write() }
+        if readiness.contains(.writable) { write() }
     }
 
-    /// Before the loop waits: what hiredis holds goes out in one write.
+    private func readReplies() {
+        for _ in 0..<Self.readsPerWakeup {
+            let result = input.withUnsafeMutableBytes { Sys.read(fd, $0.baseAddress!, $0.count) }
+            switch result {
+            case .done(let n):
+                guard let reader else { return }
+                let fed = input.withUnsafeBytes { redisReaderFeed(reader, $0.baseAddress!.assumingMemoryBound(to: CChar.self), n) }
+                if fed != REDIS_OK { return broke(Self.readerError(reader), .surprise) }
+                guard takeReplies() else { return }
+                if roomcast_reader_buffered(reader) > maxReplyBytes {
+                    return broke("a reply of more than \(formatSize(maxReplyBytes)) (not a roomcast message)", .surprise)
+                }
+                if n < Self.readSize { return }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                let midReply = reader.map { roomcast_reader_buffered($0) > 0 || roomcast_reader_in_reply($0) != 0 } ?? false
+                return broke(midReply ? "Redis closed the connection in the middle of a reply" : "Redis closed the connection",
+                             midReply ? .surprise : .io)
+            case .failed(let e):
+                return broke(String(cString: strerror(e)), .io)
+            }
+        }
+    }
+
+    /// Every whole reply the parser holds, in order.
+    /// - Returns: false when one broke the connection (it is closed).
+    private func takeReplies() -> Bool {
+        while let reader {
+            var object: UnsafeMutableRawPointer?
+            guard redisReaderGetReply(reader, &object) == REDIS_OK else {
+                broke(Self.readerError(reader), .surprise)
+                return false
+            }
+            guard let object else { return true }
+            let reply = object.assumingMemoryBound(to: redisReply.self)
+            let problem = answer(reply)
+            freeReplyObject(object)
+            if let problem {
+                broke(problem.reason, problem.loss)
+                return false
+            }
+            if fd < 0 { return false }
+        }
+        return false
+    }
+
+    /// Matches one reply to what it answers.
+    /// - Returns: why the connection must close, if it must.
+    private func answer(_ reply: UnsafeMutablePointer<redisReply>) -> (reason: String, loss: Loss)? {
+        let now = link.nowMs
+        if role == .subscriber, reply.isArray(3), let kind = reply.bytes(at: 0), kind.elementsEqual("message".utf8) {
+            guard let channel = reply.bytes(at: 1), let payload = reply.bytes(at: 2) else {
+                return ("a message whose channel or payload is not a string", .surprise)
+            }
+            guard link.redisMessage(self, channel: channel, payload: payload) else {
+                return ("a message on a channel this daemon never subscribed to", .surprise)
+            }
+            if outstanding > 0 { awaitingSinceMs = now }
+            return nil
+        }
+        guard expectedHead < expected.count else {
+            return ("a reply nobody asked for (\(reply.summary))", .surprise)
+        }
+        var e = expected[expectedHead]
+        if reply.pointee.type == REDIS_REPLY_ERROR {
+            switch e.kind {
+            case .publish:
+                link.redisPublishRefused(self, reply.text)
+            case .pong, .subscribe, .unsubscribe:
+                // The whole command is refused (an ACL, a server that is
+                // loading): one error, no confirmation.
+                return ("Redis refused \(e.kind == .pong ? "PING" : e.kind == .subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE"): \(reply.text)", .refused)
+            }
+        } else {
+            switch e.kind {
+            case .pong:
+                guard reply.pointee.type == REDIS_REPLY_STATUS, reply.text == "PONG" else {
+                    return ("\(reply.summary) in answer to PING", .surprise)
+                }
+            case .publish:
+                guard reply.pointee.type == REDIS_REPLY_INTEGER else { return ("\(reply.summary) in answer to PUBLISH", .surprise) }
+            case .subscribe, .unsubscribe:
+                let word = e.kind == .subscribe ? "subscribe" : "unsubscribe"
+                guard reply.isArray(3), let kind = reply.bytes(at: 0), kind.elementsEqual(word.utf8),
+                      let channel = reply.bytes(at: 1), reply.pointee.element[2]?.pointee.type == REDIS_REPLY_INTEGER else {
+                    return ("\(reply.summary) in answer to \(word.uppercased())", .surprise)
+                }
+                guard channel.elementsEqual(e.channels[e.confirmed]) else {
+                    return ("a \(word) confirmation for another channel than the one asked for", .surprise)
+                }
+                e.confirmed += 1
+                if e.confirmed < e.channels.count {
+                    expected[expectedHead] = e
+                    awaitingSinceMs = now
+                    return nil
+                }
+            }
+        }
+        // The command at the front is fully answered.
+        expectedHead += 1
+        if expectedHead == expected.count {
+            expected.removeAll(keepingCapacity: true)
+            expectedHead = 0
+        } else if expectedHead >= 1024 && expectedHead * 2 >= expected.count {
+            expected.removeFirst(expectedHead)
+            expectedHead = 0
+        }
+        awaitingSinceMs = outstanding == 0 ? nil : now
+        if e.handshake {
+            handshakeLeft -= 1
+            if handshakeLeft == 0 {
+                settledAtMs = now
+                link.redisSettled(self)
+            }
+        }
+        return nil
+    }
+
+    /// Before the loop waits: what is encoded goes out.
     func flush() {
-        guard wantsWrite, let ac = context, roomcast_redis_connected(ac) != 0 else { return }
+        guard fd >= 0, state != .connecting, pendingOutput > 0 else { return }
         write()
     }
 
     private func write() {
-        guard let ac = context else { return }
-        redisAsyncHandleWrite(ac)  // may free the context
-        wantsWrite = false
-        guard let ac = context, let r = registration else { return }
-        let refused = roomcast_redis_connected(ac) == 0 || roomcast_redis_pending_output(ac) > 0
+        guard fd >= 0, let r = registration else { return }
+        while pendingOutput > 0 {
+            let result = output.withUnsafeBytes { Sys.send(fd, $0.baseAddress! + outputSent, pendingOutput) }
+            switch result {
+            case .done(let n):
+                outputSent += n
+            case .wouldBlock, .endOfFile:
+                break
+            case .failed(let e):
+                return broke(String(cString: strerror(e)), .io)
+            }
+            if case .done = result { continue }
+            break
+        }
+        if pendingOutput == 0 {
+            output.removeAll(keepingCapacity: output.capacity <= 1 << 20)
+            outputSent = 0
+        } else if outputSent >= 64 * 1024 && outputSent * 2 >= output.count {
+            output.removeFirst(outputSent)
+            outputSent = 0
+        }
         do {
-            try selector.setInterest(r, readable: true, writable: refused)
+            try selector.setInterest(r, readable: true, writable: pendingOutput > 0)
         } catch {
             pendingReset = error.description
         }
@@ -224,78 +384,80 @@ final class RedisConnection {
 
     // MARK: - Commands
 
-    /// The reply callback of every command: privdata is the command's tag.
-    private static let onReply: @convention(c) (UnsafeMutablePointer<redisAsyncContext>?, UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Void = { ac, reply, privdata in
-        guard let c = RedisConnection.of(ac), !c.freeing,
-              let tag = RedisReplyTag(rawValue: UInt(bitPattern: privdata)) else { return }
-        c.link.redisReply(c, tag, reply?.assumingMemoryBound(to: redisReply.self))
-    }
-
-    /// Sends a command of any arguments (not the publish fast path).
-    /// - Returns: false when hiredis refused it (no context, or it is closing).
+    /// Encodes `args` as one command and expects its reply (`kind`); the
+    /// channels of a (UN)SUBSCRIBE are `args` after the first.
+    /// - Returns: false when there is no connection to send it on.
     @discardableResult
-    func command(_ args: [[UInt8]], _ tag: RedisReplyTag) -> Bool {
-        guard let ac = context else { return false }
-        var pointers: [UnsafePointer<CChar>?] = []
-        var lengths: [Int] = []
-        let storage = args.map { bytes -> UnsafeMutableRawPointer in
-            let p = UnsafeMutableRawPointer.allocate(byteCount: max(bytes.count, 1), alignment: 1)
-            bytes.withUnsafeBytes { if !$0.isEmpty { p.copyMemory(from: $0.baseAddress!, byteCount: $0.count) } }
-            return p
+    func command(_ args: [[UInt8]], _ kind: Expectation.Kind) -> Bool {
+        guard fd >= 0 else { return false }
+        appendArrayHeader(args.count)
+        for a in args { a.withUnsafeBytes { appendBulk($0) } }
+        var e = Expectation(kind: kind)
+        if kind == .subscribe || kind == .unsubscribe { e.channels = Array(args.dropFirst()) }
+        if state != .ready {
+            e.handshake = true
+            handshakeLeft += 1
         }
-        defer { storage.forEach { $0.deallocate() } }
-        for (p, bytes) in zip(storage, args) {
-            pointers.append(UnsafePointer(p.assumingMemoryBound(to: CChar.self)))
-            lengths.append(bytes.count)
-        }
-        let status = pointers.withUnsafeMutableBufferPointer { argv in
-            lengths.withUnsafeBufferPointer { argvlen in
-                redisAsyncCommandArgv(ac, Self.onReply, UnsafeMutableRawPointer(bitPattern: tag.rawValue),
-                                      Int32(args.count), argv.baseAddress, argvlen.baseAddress)
-            }
-        }
-        guard status == REDIS_OK else { return false }
-        if tag != .subscription { expectReply(nowMs: link.nowMs) }
+        expect(e) { link.nowMs }
         return true
     }
 
-    /// PUBLISH `channel` `payload`, with the argv made once.
-    /// - Returns: false when hiredis refused it.
+    /// PUBLISH `channel` `payload`: encoded straight into the output buffer.
+    /// - Returns: false when there is no connection to send it on.
     func publish(_ channel: [UInt8], _ payload: [UInt8], nowMs: @autoclosure () -> UInt64) -> Bool {
-        guard let ac = context else { return false }
-        let status = channel.withUnsafeBytes { ch in
-            payload.withUnsafeBytes { pl in
-                argv[0] = publishCommand
-                argv[1] = ch.baseAddress.map { UnsafePointer($0.assumingMemoryBound(to: CChar.self)) } ?? publishCommand
-                argv[2] = pl.baseAddress.map { UnsafePointer($0.assumingMemoryBound(to: CChar.self)) } ?? publishCommand
-                argvlen[0] = 7
-                argvlen[1] = ch.count
-                argvlen[2] = pl.count
-                return redisAsyncCommandArgv(ac, Self.onReply, UnsafeMutableRawPointer(bitPattern: RedisReplyTag.publish.rawValue),
-                                             3, argv, argvlen)
-            }
-        }
-        guard status == REDIS_OK else { return false }
-        expectReply(nowMs: nowMs())
+        guard fd >= 0 else { return false }
+        appendArrayHeader(3)
+        output.append(contentsOf: "$7\r\nPUBLISH\r\n".utf8)
+        channel.withUnsafeBytes { appendBulk($0) }
+        payload.withUnsafeBytes { appendBulk($0) }
+        expect(Expectation(kind: .publish), nowMs)
         return true
     }
 
-    private func expectReply(nowMs: @autoclosure () -> UInt64) {
+    /// `nowMs` is read only when nothing else waits (the publish path's clock read).
+    private func expect(_ e: Expectation, _ nowMs: () -> UInt64) {
         if outstanding == 0 { awaitingSinceMs = nowMs() }
-        outstanding += 1
+        expected.append(e)
     }
 
-    /// A reply arrived (called by the link for the publisher's replies):
-    /// the wait restarts from now while others are still unanswered.
-    func replied(nowMs: UInt64) {
-        outstanding = max(0, outstanding - 1)
-        awaitingSinceMs = outstanding == 0 ? nil : nowMs
+    private func appendArrayHeader(_ count: Int) {
+        output.append(UInt8(ascii: "*"))
+        appendDecimal(count)
+        output.append(contentsOf: [0x0D, 0x0A])
+    }
+
+    private func appendBulk(_ bytes: UnsafeRawBufferPointer) {
+        output.append(UInt8(ascii: "$"))
+        appendDecimal(bytes.count)
+        output.append(contentsOf: [0x0D, 0x0A])
+        output.append(contentsOf: bytes)
+        output.append(contentsOf: [0x0D, 0x0A])
+    }
+
+    private func appendDecimal(_ n: Int) {
+        if n < 10 { output.append(UInt8(48 + n)); return }
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var v = n, count = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            while v > 0 { d[count] = UInt8(48 + v % 10); v /= 10; count += 1 }
+            for i in stride(from: count - 1, through: 0, by: -1) { output.append(d[i]) }
+        }
+    }
+
+    private static func readerError(_ r: UnsafeMutablePointer<redisReader>) -> String {
+        let text = withUnsafeBytes(of: r.pointee.errstr) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+        return text.isEmpty ? "a protocol error" : text
     }
 }
 
-/// The strings and integer of a hiredis reply, read in place.
+/// The strings and shape of a hiredis reply, read in place.
 extension UnsafeMutablePointer where Pointee == redisReply {
-    /// Element `i` of an array reply as bytes (valid only inside the callback), nil if it is not a string.
+    /// An array of exactly `n` elements.
+    func isArray(_ n: Int) -> Bool { pointee.type == REDIS_REPLY_ARRAY && pointee.elements == n }
+
+    /// Element `i` of an array reply as bytes (valid until the reply is freed), nil if it is not a string.
     func bytes(at i: Int) -> UnsafeRawBufferPointer? {
         guard pointee.type == REDIS_REPLY_ARRAY, i < pointee.elements, let e = pointee.element[i],
               e.pointee.type == REDIS_REPLY_STRING, let s = e.pointee.str else { return nil }
@@ -306,5 +468,17 @@ extension UnsafeMutablePointer where Pointee == redisReply {
     var text: String {
         guard let s = pointee.str else { return "" }
         return String(decoding: UnsafeRawBufferPointer(start: s, count: pointee.len), as: UTF8.self)
+    }
+
+    /// `status "OK"`, `an array of 2`, `integer 3`: for a log line (a string's bytes are not shown).
+    var summary: String {
+        switch pointee.type {
+        case REDIS_REPLY_STATUS: "status \"\(text.prefix(40))\""
+        case REDIS_REPLY_ERROR: "error \"\(text.prefix(80))\""
+        case REDIS_REPLY_INTEGER: "integer \(pointee.integer)"
+        case REDIS_REPLY_NIL: "nil"
+        case REDIS_REPLY_ARRAY: "an array of \(pointee.elements)"
+        default: "a string of \(pointee.len) bytes"
+        }
     }
 }

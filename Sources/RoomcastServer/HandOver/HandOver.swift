@@ -110,10 +110,12 @@ extension Server {
     ///   began instead (the clients see a close, as on a stop).
     func completeHandOver() -> Bool {
         handOver.pending = false
+        cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
         let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing })
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
+        state.cluster = cluster?.carry()
         // The live box (LiveStore.swift) already holds every descriptor: a
         // second box would put each client in flight twice, and descriptors
         // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes
@@ -144,6 +146,7 @@ extension Server {
         if !boxes.isEmpty, let problem = storeBeforeExit(boxes, name: HandOverName.box) { return handOverFailed("storing the box: " + problem) }
         let processed = barrier(timeoutMs: handOver.timeoutMs)
         handOver.done = true
+        cluster?.shutdown(bye: false)  // the next process subscribes as the same daemon
         let ms = clock() - handOver.stoppedReadingMs
         logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
                     + " (\(liveBox ?? "a new box"))" + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),

@@ -90,6 +90,8 @@ extension Server {
         }
         stored.removeAll { $0.name == boxName }
 
+        // The cluster link goes on as the same daemon (before the rooms reopen).
+        if let carried = previous?.cluster { cluster?.adopt(carried) }
         let now = clock()
         let configure = previous?.socketOptions != socketOptions
         var restored = 0, fresh = 0, closed = 0

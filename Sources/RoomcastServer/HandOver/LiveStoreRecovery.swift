@@ -41,6 +41,7 @@ extension Server {
         var seen = Set<UInt64>()
         var seenSockets = Set<SocketIdentity>()
         var fresh = 0
+        cluster?.restoredAfterCrash = true  // a new origin: the others are told these members are still here
         let now = clock()
         for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
             let (entries, trouble) = HandOverBox.drain(b.fd)

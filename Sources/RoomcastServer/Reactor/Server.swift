@@ -134,11 +134,12 @@ public final class Server {
         handOver.storedListeners = systemd.storedFDs.filter { HandOverName.isListener($0.name) }
         try openListeners()
         keepListenersInStore()
+        makeCluster()  // before the restore, so that the link learns of every restored room
         let restored = restoreHandedOver()
         startLiveStore()
         if signalFD >= 0 { _ = try selector.register(signalFD, .signal) }
+        startCluster(now: clock(), restored: restored != nil)
         let now = clock()
-        startCluster(now: now)
         status.start(nowMs: now, watchdogUsec: systemd.watchdogUsec, statsIntervalMs: config.log.statsIntervalMs)
         if status.watchdogIntervalMs > 0 {
             logger.info("watchdog enabled: pinging every \(formatDuration(ms: status.watchdogIntervalMs))")

@@ -106,7 +106,7 @@ struct StatusReporter {
         let fout = f.deliveries &- lastStats.deliveries
         let message = "stats: \(f.clients) clients, \(f.rooms) rooms, \(fin) frames in (\(Int((Double(fin) / seconds).rounded()))/s), "
             + "\(fout) frames out (\(Int((Double(fout) / seconds).rounded()))/s), \(evictions &- lastStats.evictions) evicted"
-            + (f.cluster.map { "; \($0.summary), \($0.late) late" } ?? "")
+            + (f.cluster.map { "; \($0.summary), \($0.late) late, \($0.stale) stale, \($0.misrouted) misrouted" } ?? "")
         lastStats = (nowMs, framesIn, f.deliveries, evictions)
         setStatsInterval(statsIntervalMs, nowMs: nowMs)
         return (message, f.clients, f.rooms)

@@ -234,7 +234,7 @@ struct ClusterIntegrationTests {
         }, "STATUS= counts the dropped frames")
     }
 
-    @Test("a daemon restarted: its clients come back, the conversation goes on both ways, nothing twice")
+    @Test("a daemon stopped and started again: the others hear its users leave (its bye), then join again; the conversation goes on both ways, nothing twice")
     func daemonRestart() throws {
         let redis = try RedisServer()
         let a = try clusterDaemon(redis, name: "restart")
@@ -252,8 +252,9 @@ struct ClusterIntegrationTests {
         try alice.send(Wire.text(ann, "one"))
         #expect(bob!.receiveFrame()?.wire == Wire.text(ann, "one"))
 
-        // A graceful stop (SIGTERM) with bob still connected: no leave frames,
-        // here as on one daemon (docs/protocol.md §4, §12).
+        // A graceful stop (SIGTERM) with bob still connected: no leave on b
+        // itself (docs/protocol.md §10), but b says bye, and a's members
+        // hear ben leave (§12, "Leaves").
         b!.child.kill(SIGTERM)
         #expect(b!.child.waitForExit() == 0)
         bob = nil
@@ -264,9 +265,9 @@ struct ClusterIntegrationTests {
         try bob2.send(Wire.join(ben))
         #expect(bob2.receiveFrame()?.wire == Wire.join(ben))
         #expect(redis.waitForSubscribers("roomcast:restart:room:stage", 2))
-        // No leave for ben: a daemon that stops announces nobody (docs/protocol.md §4, §12).
-        #expect(alice.receiveFrames(2, timeout: .seconds(2)).map(\.wire) == [Wire.text(ann, "one"), Wire.join(ben)],
-                "alice's echo, then the new daemon's join")
+        #expect(alice.receiveFrames(3, timeout: .seconds(2)).map(\.wire) == [Wire.text(ann, "one"), Wire.leave(ben), Wire.join(ben)],
+                "alice's echo, ben's leave when b stopped, then the new daemon's join")
+        #expect(a.stderr.line(with: ["cluster: daemon", "stopped (it said bye); 1 leave for its members"]) != nil)
         try alice.send(Wire.text(ann, "two"))
         try bob2.send(Wire.text(ben, "back"))
         #expect(bob2.receiveFrames(2).map(\.wire).sorted { $0.lexicographicallyPrecedes($1) }
@@ -275,6 +276,32 @@ struct ClusterIntegrationTests {
                 == [Wire.text(ann, "two"), Wire.text(ben, "back")].sorted { $0.lexicographicallyPrecedes($1) })
         alice.expectNoFrame(within: .milliseconds(300))
         bob2.expectNoFrame(within: .milliseconds(300))
+    }
+
+    @Test("a daemon killed (SIGKILL): after cluster.timeout without its heartbeat, the others' members hear its users leave, once")
+    func killedDaemonsUsersLeave() throws {
+        let redis = try RedisServer()
+        let settings = ["cluster.timeout": "1s"]
+        let a = try clusterDaemon(redis, name: "gone", settings), b = try clusterDaemon(redis, name: "gone", settings)
+        let alice = try a.connect(), bob = try b.connect(), cat = try b.connect()
+        let ann = Wire.user("ann", room: "stage"), ben = Wire.user("ben", room: "stage"), cy = Wire.user("cy", room: "stage")
+        try alice.send(Wire.join(ann))
+        #expect(alice.receiveFrame()?.wire == Wire.join(ann))
+        #expect(redis.waitForSubscribers("roomcast:gone:room:stage", 1))
+        try bob.send(Wire.join(ben))
+        #expect(redis.waitForSubscribers("roomcast:gone:room:stage", 2))
+        try cat.send(Wire.join(cy))
+        try cat.send(Wire.leave(cy))  // cy left before: no second leave for it
+        #expect(alice.receiveFrames(3).map(\.wire) == [Wire.join(ben), Wire.join(cy), Wire.leave(cy)])
+        let killedAt = monotonicMs()
+        b.child.kill(SIGKILL)
+        _ = b.child.waitForExit()
+        let leave = alice.receiveFrame(timeout: .seconds(5))
+        let ms = monotonicMs() - killedAt
+        #expect(leave?.wire == Wire.leave(ben), "ben's leave, as for a local disconnect")
+        #expect(ms >= 700 && ms <= 3_000, "after about cluster.timeout (1 s): \(ms) ms")
+        alice.expectNoFrame(within: .milliseconds(500), "one leave, nothing for cy")
+        #expect(a.stderr.line(with: ["cluster: daemon", "was not heard for 1s; 1 leave for its members"]) != nil, "\(a.stderr.current.suffix(1500))")
     }
 
     @Test("a room emptied here is unsubscribed (PUBSUB NUMSUB); the heartbeat channel stays")

@@ -13,15 +13,18 @@ final class RedisServer {
     let port: UInt16
     private let directory: TempDirectory
     private(set) var child: ChildProcess?
+    private let arguments: [String]
 
-    /// Starts redis-server on a free loopback port and waits until it accepts commands.
-    init() throws {
+    /// Starts redis-server on loopback port `port` (nil: a free one) and
+    /// waits until it accepts commands; `arguments` are added to its command line.
+    init(port: UInt16? = nil, arguments: [String] = []) throws {
         guard FileManager.default.isExecutableFile(atPath: redisServerPath),
               FileManager.default.isExecutableFile(atPath: redisCLIPath) else {
             throw HarnessError("\(redisServerPath) or \(redisCLIPath) is not installed: run `make deps` (Debian's redis-server)")
         }
         directory = try TempDirectory()
-        port = try freeLoopbackPort()
+        self.port = try port ?? freeLoopbackPort()
+        self.arguments = arguments
         try start()
     }
 
@@ -40,7 +43,7 @@ final class RedisServer {
         precondition(child == nil || child?.process.isRunning == false)
         let c = try ChildProcess(URL(fileURLWithPath: redisServerPath),
                                  ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                  "--daemonize", "no", "--dir", directory.path, "--loglevel", "notice"],
+                                  "--daemonize", "no", "--dir", directory.path, "--loglevel", "notice"] + arguments,
                                  environment: childEnvironment([:]))
         child = c
         guard c.stdout.wait(for: "Ready to accept connections", timeout: .seconds(10)) else {
@@ -83,5 +86,59 @@ final class RedisServer {
     /// `PUBSUB CHANNELS pattern`, sorted.
     func channels(_ pattern: String = "*") -> [String] {
         (cli(["PUBSUB", "CHANNELS", pattern]) ?? "").split(separator: "\n").map(String.init).sorted()
+    }
+}
+
+/// A plain Redis client that PUBLISHes any bytes, as another daemon
+/// would: `send` does not wait for the answer (Redis may be stopped),
+/// `answers` collects them.
+final class RedisPublisher {
+    private let fd: Int32
+    private var input: [UInt8] = []
+
+    init(_ redis: RedisServer) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HarnessError("socket: \(errnoText())") }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        let r = try withSocketAddress(host: "127.0.0.1", port: redis.port) { _, sa, len in Glibc.connect(fd, sa, len) }
+        guard r == 0 else { let e = errno; close(fd); throw HarnessError("connect to Redis: \(errnoText(e))") }
+    }
+
+    deinit { close(fd) }
+
+    /// Sends PUBLISH `channel` `payload` without waiting for the answer.
+    func send(_ channel: [UInt8], _ payload: [UInt8]) throws {
+        var command = Array("*3\r\n$7\r\nPUBLISH\r\n".utf8)
+        for part in [channel, payload] { command += Array("$\(part.count)\r\n".utf8) + part + [0x0D, 0x0A] }
+        guard command.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == command.count else {
+            throw HarnessError("send to Redis: \(errnoText())")
+        }
+    }
+
+    /// The next `count` answers (integers: subscribers reached), waiting up to 5 s for each.
+    func answers(_ count: Int) throws -> [Int] {
+        var result: [Int] = []
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while result.count < count {
+            if let end = input.firstIndex(of: 0x0A) {
+                let line = String(decoding: input[..<end], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                input.removeFirst(end + 1)
+                guard line.first == ":", let n = Int(line.dropFirst()) else { throw HarnessError("PUBLISH: \(line)") }
+                result.append(n)
+                continue
+            }
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { throw HarnessError("no answer from Redis (\(n < 0 ? errnoText() : "EOF"))") }
+            input += buffer[0..<n]
+        }
+        return result
+    }
+
+    /// PUBLISH and its answer.
+    @discardableResult
+    func publish(_ channel: [UInt8], _ payload: [UInt8]) throws -> Int {
+        try send(channel, payload)
+        return try answers(1)[0]
     }
 }
