@@ -20,7 +20,9 @@ public struct WebSocketFailure: Error, Equatable, Sendable, CustomStringConverti
 /// be copied, compared and carried across a restart beside the unread bytes.
 ///
 /// It owns no input buffer: the caller keeps the bytes not yet consumed and
-/// calls ``next(_:)`` on them; each step consumes one whole frame or nothing.
+/// calls ``next(_:)`` on them; each step consumes one whole frame or nothing,
+/// and the next call must present the same unconsumed bytes again, grown
+/// (the decoder remembers how much of an incomplete text frame it checked).
 /// A frame header that claims more than the bound is refused on its header
 /// alone, so no allocation ever follows a hostile length.
 public struct WebSocketDecoder: Equatable, Sendable {
@@ -33,6 +35,11 @@ public struct WebSocketDecoder: Equatable, Sendable {
     public private(set) var message: [UInt8] = []
     /// UTF-8 state of that message when it is text.
     public private(set) var utf8 = UTF8Validator()
+    /// Payload bytes of the text frame still arriving that were already
+    /// checked, and the UTF-8 state after them: invalid text is refused as
+    /// soon as it arrives, not when its frame is complete (RFC 6455 §8.1).
+    public private(set) var checkedOfPartialFrame = 0
+    private var partialUTF8 = UTF8Validator()
 
     public init(maxMessageBytes: Int) {
         self.maxMessageBytes = maxMessageBytes
@@ -110,7 +117,13 @@ public struct WebSocketDecoder: Equatable, Sendable {
         }
         let headerSize = 2 + lengthBytes + 4
         let n = Int(length)  // within maxMessageBytes or 125: fits
-        guard bytes.count - headerSize >= n else { return .needMore }
+        let isText = opcode == .text || (opcode == .continuation && messageOpcode == .text)
+        guard bytes.count - headerSize >= n else {
+            if isText && bytes.count > headerSize + checkedOfPartialFrame {
+                return checkPartialText(bytes, headerSize: headerSize, newMessage: opcode == .text)
+            }
+            return .needMore
+        }
         let consumed = headerSize + n
         let payload = Self.unmask(bytes, keyAt: headerSize - 4, count: n)
 
@@ -125,8 +138,14 @@ public struct WebSocketDecoder: Equatable, Sendable {
         case .text, .binary, .continuation:
             let kind = opcode == .continuation ? messageOpcode! : opcode
             if kind == .text {
-                if opcode != .continuation { utf8 = UTF8Validator() }
-                guard utf8.feed(payload) else {
+                let checked = checkedOfPartialFrame
+                if checked > 0 {
+                    utf8 = partialUTF8
+                    checkedOfPartialFrame = 0
+                } else if opcode != .continuation {
+                    utf8 = UTF8Validator()
+                }
+                guard payload.withUnsafeBytes({ utf8.feed(UnsafeRawBufferPointer(rebasing: $0[checked...])) }) else {
                     return fail(.invalidPayload, "text message is not valid UTF-8 (RFC 6455 §8.1)")
                 }
                 if fin && !utf8.isComplete {
@@ -146,6 +165,22 @@ public struct WebSocketDecoder: Equatable, Sendable {
             utf8 = UTF8Validator()
             return .event(.message(kind, whole), consumed: consumed)
         }
+    }
+
+    /// Checks the payload bytes of an incomplete text frame that arrived
+    /// since the last call (the caller presents the same frame again, grown).
+    private mutating func checkPartialText(_ bytes: UnsafeRawBufferPointer, headerSize: Int, newMessage: Bool) -> Step {
+        var v = checkedOfPartialFrame > 0 ? partialUTF8 : (newMessage ? UTF8Validator() : utf8)
+        let arrived = bytes.count - headerSize
+        let k = headerSize - 4
+        let key = [bytes[k], bytes[k + 1], bytes[k + 2], bytes[k + 3]]
+        // Only the bytes new since the last call: O(n) over a frame's life.
+        let fresh = (checkedOfPartialFrame..<arrived).map { bytes[headerSize + $0] ^ key[$0 & 3] }
+        let ok = v.feed(fresh)
+        guard ok else { return fail(.invalidPayload, "text message is not valid UTF-8 (RFC 6455 §8.1)") }
+        partialUTF8 = v
+        checkedOfPartialFrame = arrived
+        return .needMore
     }
 
     private func fail(_ code: WebSocketCloseCode, _ reason: String) -> Step {

@@ -236,3 +236,42 @@ func decodeStream(_ stream: [UInt8], max: Int = 1 << 20) -> (events: [WebSocketD
         }
     }
 }
+
+/// Invalid text is refused as it arrives, before its frame is complete
+/// (RFC 6455 §8.1; Autobahn's "fail fast" cases 6.4.x).
+@Suite struct WebSocketFailFastTests {
+    @Test func invalidUTF8InAFrameStillArrivingFailsAtOnce() {
+        // A 1,000-byte text frame: valid start, then F4 90 (above U+10FFFF) at payload byte 10.
+        var payload = [UInt8](repeating: 0x61, count: 1_000)
+        payload[10] = 0xF4; payload[11] = 0x90
+        let frame = clientFrame(0x81, payload)
+        var d = WebSocketDecoder(maxMessageBytes: 1 << 20)
+        // Header (4 bytes) + mask (4) + 10 valid bytes: nothing wrong yet.
+        #expect(frame.withUnsafeBytes { d.next(UnsafeRawBufferPointer(rebasing: $0[0..<18])) } == .needMore)
+        #expect(d.checkedOfPartialFrame == 10)
+        // Two more bytes arrive: refused with 988 bytes still to come.
+        guard case .failure(let f) = frame.withUnsafeBytes({ d.next(UnsafeRawBufferPointer(rebasing: $0[0..<20])) }) else {
+            Issue.record("not refused early"); return
+        }
+        #expect(f.code == .invalidPayload)
+    }
+
+    @Test func validTextDeliveredWholeAfterAnyPartialReads() {
+        let text = Array("κόσμε, a text with a few multi-byte characters: ✓ 🎉".utf8)
+        let stream = clientFrame(0x01, Array(text[0..<7])) + clientFrame(0x80, Array(text[7...]))
+        for step in [1, 2, 3, 5, 11] {
+            var d = WebSocketDecoder(maxMessageBytes: 1 << 20)
+            var events: [WebSocketDecoder.Event] = []
+            var start = 0, end = 0
+            while start < stream.count {
+                end = min(stream.count, end + step)
+                switch stream.withUnsafeBytes({ d.next(UnsafeRawBufferPointer(rebasing: $0[start..<end])) }) {
+                case .needMore: continue
+                case .failure(let f): Issue.record("step \(step): \(f)"); return
+                case .event(let e, let consumed): events.append(e); start += consumed
+                }
+            }
+            #expect(events == [.fragment, .message(.text, text)], "reads of \(step) bytes")
+        }
+    }
+}
