@@ -41,8 +41,10 @@ SWIFT      ?= swift
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
 # libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
-# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
+# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports,
+# libssl-dev for the COpenSSL target (libssl and libcrypto: the WebSocket handshake's
+# SHA-1 and base64, HMAC, TLS).
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server libssl-dev
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
@@ -64,7 +66,7 @@ SHELL       := /bin/bash
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 
@@ -83,6 +85,7 @@ build:
 deps:
 	@if ! pkg-config --exists libsystemd 2>/dev/null \
 	    || ! pkg-config --exists hiredis 2>/dev/null \
+	    || ! pkg-config --exists openssl 2>/dev/null \
 	    || ! command -v redis-server >/dev/null \
 	    || ! command -v redis-cli >/dev/null \
 	    || ! command -v systemd-socket-activate >/dev/null \

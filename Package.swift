@@ -33,6 +33,13 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // OpenSSL's libssl and libcrypto: all the daemon's cryptography (the
+        // WebSocket handshake's SHA-1 and base64, HMAC, CRYPTO_memcmp, TLS).
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // Pure logic, standard library only (no imports): frame codec, proto2,
         // timing wheel, config parsing, relay policy, output queue. No clock,
         // no sockets, no files (RoomcastServer's Config.load reads the file).
@@ -42,7 +49,7 @@ let package = Package(
         // Knows nothing of frames or rooms.
         .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
-        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd", "CHiredis"]),
+        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd", "CHiredis", "COpenSSL"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore", "CEarlySignals"]),
         // The client library: one event loop, reconnects, heartbeats.
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
@@ -57,6 +64,7 @@ let package = Package(
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
         .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
+        .executableTarget(name: "FuzzWebSocket", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzWebSocket"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),

@@ -95,3 +95,32 @@ configs = {
 }
 for name, text in configs.items():
     write("FuzzConfig", name, text.encode())
+
+# FuzzWebSocket: [flags, limit, seed] + an upgrade request (flags bit 0) or client frames.
+def ws(first, payload, key=b"\x37\xfa\x21\x3d", masked=True):
+    n = len(payload)
+    m = 0x80 if masked else 0
+    out = bytes([first])
+    if n <= 125: out += bytes([m | n])
+    elif n <= 0xFFFF: out += bytes([m | 126]) + n.to_bytes(2, "big")
+    else: out += bytes([m | 127]) + n.to_bytes(8, "big")
+    return out + (key + bytes(b ^ key[i % 4] for i, b in enumerate(payload)) if masked else payload)
+
+UPGRADE = (b"GET /?room=r1 HTTP/1.1\r\nHost: 127.0.0.1:9897\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\n"
+           b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://a\r\nSec-WebSocket-Protocol: roomcast.ltb.v1\r\n"
+           b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n")
+websocket = {
+    "http-upgrade": b"\x01\x07\x11" + UPGRADE,
+    "http-upgrade-1byte": b"\x00\x07\x12" + UPGRADE,  # flags 0: the same bytes as frames
+    "rfc-masked-hello": b"\x06\x06\x22" + bytes([0x81, 0x85, 0x37, 0xFA, 0x21, 0x3D, 0x7F, 0x9F, 0x4D, 0x51, 0x58]),
+    "fragments-ping": b"\x02\x06\x33" + ws(0x01, b"Hel") + ws(0x89, b"p") + ws(0x00, b"l") + ws(0x8A, b"") + ws(0x80, b"o"),
+    "utf8-split": b"\x04\x06\x44" + ws(0x01, b"a\xce") + ws(0x80, b"\xba\xe1\xbd\xb9"),
+    "utf8-bad-split": b"\x04\x06\x45" + ws(0x01, b"a\xe0") + ws(0x00, b"\x80\x80") + ws(0x80, b"a"),
+    "close": b"\x06\x06\x55" + ws(0x88, b"\x03\xe8bye") + ws(0x88, b"\x03"),
+    "unmasked": b"\x06\x06\x66" + ws(0x81, b"Hello", masked=False),
+    "binary-300": b"\x08\x06\x77" + ws(0x82, bytes(range(256)) + bytes(44)),
+    "binary-70000": b"\x0a\x07\x78" + ws(0x82, bytes(70000)),
+    "oversize-header": b"\x06\x03\x79" + bytes([0x82, 0xFF, 0, 0, 0, 0, 0x40, 0, 0, 0, 1, 2, 3, 4]),
+}
+for name, data in websocket.items():
+    write("FuzzWebSocket", name, data)
