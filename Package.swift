@@ -33,6 +33,13 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // OpenSSL 3 (libcrypto, libssl): HMAC-SHA256 and Ed25519 for signed
+        // joins (`[auth]`), signatures compared with CRYPTO_memcmp; TLS later.
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // Pure logic, standard library only (no imports): frame codec, proto2,
         // timing wheel, config parsing, relay policy, output queue. No clock,
         // no sockets, no files (RoomcastServer's Config.load reads the file).
@@ -42,12 +49,12 @@ let package = Package(
         // Knows nothing of frames or rooms.
         .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
-        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd", "CHiredis"]),
+        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd", "CHiredis", "COpenSSL"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore", "CEarlySignals"]),
         // The client library: one event loop, reconnects, heartbeats.
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
         // The command-line client (chat, send, listen).
-        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim"]),
+        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim", "COpenSSL"]),
         // The chaos soak (`make soak`): ~2,000 loopback clients against the roomcastd built beside it.
         // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
         .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],
@@ -57,9 +64,10 @@ let package = Package(
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
         .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
+        .executableTarget(name: "FuzzToken", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzToken"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
-        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
+        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "CShim"]),
         .testTarget(
             name: "RoomcastTests",
             // Not roomcastd: a test target links the objects of the executables it
