@@ -36,8 +36,10 @@ SWIFT      ?= swift
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
 # libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
-# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
+# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports;
+# libssl-dev for the COpenSSL target (signed joins: HMAC-SHA256, Ed25519), and PyPI
+# pyjwt + cryptography, with which the signed-join tests mint their tokens.
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server libssl-dev
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 
@@ -72,6 +74,7 @@ build:
 deps:
 	@if ! pkg-config --exists libsystemd 2>/dev/null \
 	    || ! pkg-config --exists hiredis 2>/dev/null \
+	    || ! pkg-config --exists openssl 2>/dev/null \
 	    || ! command -v redis-server >/dev/null \
 	    || ! command -v redis-cli >/dev/null \
 	    || ! command -v systemd-socket-activate >/dev/null \
@@ -93,6 +96,11 @@ deps:
 	    fi; \
 	    $(SUDO) python3 -m pip install --quiet protobuf \
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages protobuf; \
+	fi
+	@if ! python3 -c 'import jwt, cryptography' 2>/dev/null; then \
+	    echo "deps: installing PyPI pyjwt and cryptography"; \
+	    $(SUDO) python3 -m pip install --quiet pyjwt cryptography \
+	        || $(SUDO) python3 -m pip install --quiet --break-system-packages pyjwt cryptography; \
 	fi
 
 deps-systemd: deps

@@ -87,6 +87,10 @@ public struct HandOverState: Equatable, Sendable {
         /// The peer had sent EOF: it has left its room and only its owed
         /// output is still being flushed.
         public var draining = false
+        /// The verified claims of its last accepted token (TokenClaims.json;
+        /// docs/protocol.md §11), nil: none. The next process recomputes the
+        /// expiry from `exp`; the token itself is never kept.
+        public var authClaims: TokenClaims? = nil
 
         public init(key: UInt64) { self.key = key }
     }
@@ -115,6 +119,8 @@ public struct HandOverState: Equatable, Sendable {
     enum FieldTag: UInt16 {
         case key = 1, dialect, peerAddress, room, identity, nickname, input, output
         case heartbeatRemainingMs, partialFrameRemainingMs, violations, frameMilliTokens, byteMilliTokens, draining
+        /// Signed joins: far from the sequence above, so fields other changes add there cannot collide with it.
+        case authClaims = 0x4101
     }
 
     /// Why a state could not be read; `reason` is the log's `REASON=` code.
@@ -173,6 +179,7 @@ public struct HandOverState: Equatable, Sendable {
                 if let t = c.frameMilliTokens { w.u64(FieldTag.frameMilliTokens.rawValue, UInt64(bitPattern: t)) }
                 if let t = c.byteMilliTokens { w.u64(FieldTag.byteMilliTokens.rawValue, UInt64(bitPattern: t)) }
                 if c.draining { w.u8(FieldTag.draining.rawValue, 1) }
+                if let claims = c.authClaims { w.bytes(FieldTag.authClaims.rawValue, claims.json) }
             }
         }
         let payloadBytes = w.bytes.count - Self.headerSize
@@ -267,6 +274,8 @@ public struct HandOverState: Equatable, Sendable {
             case .frameMilliTokens: r.frameMilliTokens = Int64(bitPattern: try Reader.u64(v, "frame tokens"))
             case .byteMilliTokens: r.byteMilliTokens = Int64(bitPattern: try Reader.u64(v, "byte tokens"))
             case .draining: r.draining = try Reader.u8(v, "draining") != 0
+            case .authClaims:
+                do { r.authClaims = try TokenClaims(json: Array(v)) } catch { throw .damaged("verified claims: \(error)") }
             case nil: break
             }
         }

@@ -63,7 +63,8 @@ public struct TokenKeySet: Equatable, Sendable {
     public static func parse(_ text: String, file: String) throws(ConfigError) -> TokenKeySet {
         var keys: [TokenKey] = []
         var lineNumber = 0
-        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
+        // "\r\n" is one Character: split on both, so CRLF files count lines right.
+        for rawLine in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
             lineNumber += 1
             func fail(_ reason: String) -> ConfigError { ConfigError(file: file, line: lineNumber, reason: reason) }
             var line = Substring(rawLine)
@@ -91,8 +92,7 @@ public struct TokenKeySet: Equatable, Sendable {
             default:
                 break
             }
-            if let first = keys.firstIndex(where: { sameBytes($0.id, kid) }) {
-                _ = first
+            if keys.contains(where: { sameBytes($0.id, kid) }) {
                 throw fail("key '\(clipForLog(kid, maxBytes: 64))' is listed twice")
             }
             keys.append(TokenKey(id: kid, algorithm: algorithm, key: key))

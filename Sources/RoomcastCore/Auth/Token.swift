@@ -169,7 +169,7 @@ public struct TokenClaims: Equatable, Sendable {
         name = try Self.string(json, "name")
         icon = try Self.string(json, "icon")
         if let v = json["level"] {
-            guard case .number(let n) = v, n == n.rounded(.towardZero), n >= Double(Int32.min), n <= Double(Int32.max) else {
+            guard case .number(let n) = v, n >= Double(Int32.min), n <= Double(Int32.max), Double(Int32(n)) == n else {
                 throw .malformed("claim 'level' is not an int32")
             }
             level = Int32(n)
@@ -199,7 +199,7 @@ public struct TokenClaims: Equatable, Sendable {
                         throw .malformed("claim 'may' names '\(clipForLog(s, maxBytes: 32))', not text, gift or a type number")
                     }
                     may.append(t)
-                case .number(let n) where n >= 0 && n <= 65535 && n == n.rounded(.towardZero):
+                case .number(let n) where n >= 0 && n <= 65535 && Double(UInt16(n)) == n:
                     may.append(UInt16(n))
                 default:
                     throw .malformed("claim 'may' has an entry that is neither a name nor a type number 0 ... 65535")
@@ -219,7 +219,8 @@ public struct TokenClaims: Equatable, Sendable {
     private static func date(_ json: JSONValue, _ key: String) throws(TokenError) -> Int64? {
         guard let v = json[key] else { return nil }
         guard case .number(let n) = v, n.isFinite, abs(n) < 1e15 else { throw .malformed("claim '\(key)' is not a NumericDate") }
-        return Int64(n.rounded(.down))
+        let t = Int64(n)  // toward zero; the standard library's rounded() would need libm
+        return Double(t) > n ? t - 1 : t
     }
 
     /// Checks `exp` and `nbf` against `now` (seconds since the epoch), each
@@ -245,5 +246,22 @@ public func frameTypeName(_ s: String) -> UInt16? {
     case "text": 2
     case "gift": 3
     default: s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) && !s.isEmpty && s.utf8.count <= 5 ? UInt16(s) : nil
+    }
+}
+
+extension TokenClaims {
+    /// The claims as one JSON object that `init(json:)` reads back to an
+    /// equal value: how a restart (HandOverState) carries a connection's
+    /// verified identity. Not a token: nothing in it is signed.
+    public var json: [UInt8] {
+        var parts = ["\"sub\":" + jsonStringLiteral(sub), "\"exp\":\(exp)"]
+        if let nbf { parts.append("\"nbf\":\(nbf)") }
+        if let name { parts.append("\"name\":" + jsonStringLiteral(name)) }
+        if let level { parts.append("\"level\":\(level)") }
+        if let icon { parts.append("\"icon\":" + jsonStringLiteral(icon)) }
+        if let rooms { parts.append("\"rooms\":[" + rooms.map(jsonStringLiteral).joined(separator: ",") + "]") }
+        if role != .viewer { parts.append("\"role\":\"\(role.rawValue)\"") }
+        if let may { parts.append("\"may\":[" + may.map(String.init).joined(separator: ",") + "]") }
+        return Array(("{" + parts.joined(separator: ",") + "}").utf8)
     }
 }

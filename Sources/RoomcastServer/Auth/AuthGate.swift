@@ -188,10 +188,22 @@ extension Server {
             refuse(id, .identityMismatch, problem, type: type, now: now)
             return .refused
         }
+        return .join(session(claims, wallMs: wallMs, now: now))
+    }
+
+    /// The session `claims` give: `may` resolved with the current
+    /// `viewer_may`, the expiry at exp + 25 s on the monotonic clock.
+    func session(_ claims: TokenClaims, wallMs: Int64, now: UInt64) -> AuthSession {
         let may = claims.may ?? (claims.role == .viewer ? config.auth.viewerMay : nil)
         let remaining = (claims.exp * 1000 + AuthGate.graceMs) - wallMs
         let deadline = remaining <= 0 ? now : now &+ UInt64(remaining)
-        return .join(AuthSession(claims: claims, may: may, deadlineMs: deadline, serial: auth.takeSerial()))
+        return AuthSession(claims: claims, may: may, deadlineMs: deadline, serial: auth.takeSerial())
+    }
+
+    /// A connection handed over by the previous process (a restart, or
+    /// recovery after a crash) keeps the identity it had proved.
+    func restoreSession(_ id: Int, _ claims: TokenClaims, now: UInt64) {
+        commitSession(id, session(claims, wallMs: wallClock(), now: now))
     }
 
     /// Why `user` is not the identity `claims` vouch for (nil: it is). Names
@@ -227,7 +239,11 @@ extension Server {
                             "ROOM": relay.room(of: id) ?? "", "USER_SUB": sub])
         }
         if disconnect {
-            table.close(id, "\(violations) bad frames (protocol.max_violations = \(max))")
+            // Closed after the notice is out, so the client hears why (a drain, as after EOF).
+            logger.debug("closing \(address): \(violations) bad frames (protocol.max_violations = \(max))", ["CLIENT_ADDR": address])
+            depart(id)
+            heartbeats.untrack(id)
+            startDraining(id, now: now)
         }
     }
 

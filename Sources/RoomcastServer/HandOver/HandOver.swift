@@ -173,6 +173,7 @@ extension Server {
         r.frameMilliTokens = c.frameBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
         r.byteMilliTokens = c.byteBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
         r.draining = table.state(id) == .draining
+        r.authClaims = c.auth?.claims
         return r
     }
 

@@ -204,6 +204,7 @@ extension Server {
         guard let live else { return }
         for id in relay.takeChanged() where live.slot(id).serial != 0 && table.slots[id] != nil {
             logLive(LiveLog.room(live.slots[id].serial, room: relay.roomName(of: id), identity: relay.identity(of: id)))
+            if let claims = table.slots[id]!.auth?.claims { logLive(LiveLog.auth(live.slots[id].serial, claims)) }
         }
         if !live.toBox.isEmpty {
             if let box = live.box {
@@ -259,6 +260,7 @@ extension Server {
             guard serial != 0, let c = table.slots[id] else { continue }
             snapshot += LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address)
             snapshot += LiveLog.room(serial, room: relay.roomName(of: id), identity: relay.identity(of: id))
+            if let claims = c.auth?.claims { snapshot += LiveLog.auth(serial, claims) }
             if !c.input.isEmpty { snapshot += LiveLog.input(serial, c.input) }
             live.slots[id].loggedInput = !c.input.isEmpty
             let torn = table.fanout.outboxes[id].torn

@@ -64,6 +64,7 @@ extension Server {
                 if c.dialect == .json, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
                 r.input = c.input
                 r.output = c.torn  // the rest of a frame the client got part of, before anything else
+                r.authClaims = c.authClaims
                 if restoreConnection(fd: e.fd, r, now: now) != nil { restored += 1 }
             }
         }
