@@ -68,8 +68,8 @@ public typealias AuthKeys = VerifyingKeys
 public final class VerifyingKeys {
     let keys: [VerifyingKey]
 
-    /// - Throws: the kid of an Ed25519 key OpenSSL refuses.
-    init(_ set: TokenKeySet) throws(TokenError) {
+    /// - Throws: `TokenError.malformed` naming an Ed25519 key OpenSSL refuses.
+    public init(_ set: TokenKeySet) throws(TokenError) {
         var keys: [VerifyingKey] = []
         for k in set.keys {
             guard let v = VerifyingKey(k) else { throw .malformed("OpenSSL refuses the Ed25519 key '\(k.id)'") }
@@ -83,7 +83,7 @@ public final class VerifyingKeys {
     /// to that key's algorithm, the signature, the claims' JSON, then `exp`
     /// and `nbf` against `nowSeconds` with TokenClaims.leewaySeconds.
     /// - Throws: `TokenError` saying which check failed.
-    func verify(_ token: some Collection<UInt8>, nowSeconds: Int64) throws(TokenError) -> TokenClaims {
+    public func verify(_ token: some Collection<UInt8>, nowSeconds: Int64) throws(TokenError) -> TokenClaims {
         let jws = try CompactJWS(token)
         guard let key = keys.first(where: { sameBytes($0.key.id, jws.keyID) }) else { throw .unknownKey(kid: jws.keyID) }
         guard jws.algorithm == key.key.algorithm.rawValue else {
