@@ -78,7 +78,7 @@ public struct ClientConfiguration: Sendable {
     /// Frame types (docs/protocol.md §2).
     public var types = MessageTypes()
     /// The signed-join token sent in every join (and rejoin) as UserInfo
-    /// field 5 (docs/protocol.md §11) when the joined user carries none;
+    /// field 5 (docs/protocol.md §13) when the joined user carries none;
     /// never in texts or gifts. Nil: no token. Renew it before its `exp` by
     /// setting a new one and joining again.
     public var token: String?

@@ -142,7 +142,7 @@ public final class RoomcastClient {
     /// - Throws: `ClientError.notJoined`, `.notConnected`, or `.bodyTooLarge`.
     public func sendText(_ text: String) throws(ClientError) {
         guard var user else { throw .notJoined }
-        user.token = nil  // a token travels in joins only (docs/protocol.md §11)
+        user.token = nil  // a token travels in joins only (docs/protocol.md §13)
         try enqueue(type: configuration.types.text, body: ChatMessage(user: user, text: text).serialized())
     }
 

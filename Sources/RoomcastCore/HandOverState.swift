@@ -88,7 +88,7 @@ public struct HandOverState: Equatable, Sendable {
         /// output is still being flushed.
         public var draining = false
         /// The verified claims of its last accepted token (TokenClaims.json;
-        /// docs/protocol.md §11), nil: none. The next process recomputes the
+        /// docs/protocol.md §13), nil: none. The next process recomputes the
         /// expiry from `exp`; the token itself is never kept.
         public var authClaims: TokenClaims? = nil
 

@@ -41,7 +41,7 @@ public enum LiveLog {
         case torn = 4
         /// It is gone (its descriptor may still be in the box: close it).
         case close = 5
-        /// Its verified claims now (signed joins, docs/protocol.md §11):
+        /// Its verified claims now (signed joins, docs/protocol.md §13):
         /// length u32 | TokenClaims.json. Numbered apart from the sequence
         /// above, so kinds other changes add there cannot collide with it.
         case auth = 0x41

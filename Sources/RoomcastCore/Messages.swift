@@ -95,7 +95,7 @@ public struct UserInfo: Equatable, Sendable {
     /// the default room. Omitted from the encoding when nil.
     public var room: String?
     /// Field 5, optional string: the signed-join token of a join
-    /// (docs/protocol.md §11). The daemon removes it before relaying.
+    /// (docs/protocol.md §13). The daemon removes it before relaying.
     /// Omitted from the encoding when nil.
     public var token: String?
 
@@ -163,7 +163,7 @@ public struct UserInfo: Equatable, Sendable {
 
     /// `body` (a valid UserInfo) without any field 5 (`token`), every other
     /// byte as it was, in its order: the join the daemon relays
-    /// (docs/protocol.md §3, §11). Nil when `body` has no field 5 (relay it
+    /// (docs/protocol.md §3, §13). Nil when `body` has no field 5 (relay it
     /// as it is) or is not well-formed protobuf.
     public static func removingToken(_ body: UnsafeRawBufferPointer) -> [UInt8]? {
         var reader = ProtoReader(body)
@@ -191,7 +191,7 @@ public struct UserInfo: Equatable, Sendable {
     }
 }
 
-/// A server notice (docs/protocol.md §11): the body of a frame of type
+/// A server notice (docs/protocol.md §13): the body of a frame of type
 /// `protocol.notice_type` the daemon sends to tell one client why it
 /// refused something. Clients never send it.
 public struct Notice: Equatable, Sendable {

@@ -46,11 +46,11 @@ public struct RelaySettings: Equatable, Sendable {
     /// max_room_bytes`); a longer one is a violation and the join is refused.
     public var maxRoomBytes: Int
     /// The type of server notices (`[protocol] notice_type`,
-    /// docs/protocol.md §11): a client sending one is refused.
+    /// docs/protocol.md §13): a client sending one is refused.
     public var noticeType: UInt16
     /// Whether a new connection is a member of the default room at once
     /// (§4). False when `[auth] required = yes` and `anonymous = none`: a
-    /// client without a token hears nothing (§11).
+    /// client without a token hears nothing (§13).
     public var admitsToDefaultRoom: Bool
 
     public init(byteOrder: ByteOrder = .little, joinType: UInt16 = 0, leaveType: UInt16 = 1, heartbeatType: UInt16 = 8,
@@ -91,7 +91,7 @@ public enum RejectionCode: String, Sendable {
     case rateLimit = "rate_limit"
     /// A JSON command whose frame would be over a `max_frame_bytes` (the server's check).
     case frameTooLarge = "frame_too_large"
-    /// Signed joins (docs/protocol.md §11): a join without a token where one
+    /// Signed joins (docs/protocol.md §13): a join without a token where one
     /// is required, or a send by an anonymous reader.
     case tokenRequired = "token_required"
     /// A token that is malformed, badly signed, of the wrong algorithm or key.
@@ -358,7 +358,7 @@ public struct Relay {
             }
             target = RoomName(room)
         }
-        // The token (field 5) never reaches another member (§11): the
+        // The token (field 5) never reaches another member (§13): the
         // join is relayed, and remembered for the synthesized leave, without it.
         let relayedBody = info == nil || info?.token != nil ? UserInfo.removingToken(body) : nil
         let current = sessions[id].room

@@ -37,7 +37,7 @@ struct Invocation {
     var version = false
     /// True for `roomcast --help`/`--version` without a subcommand.
     var topLevel = false
-    /// `--token` (or ROOMCAST_TOKEN): the signed join (docs/protocol.md §11).
+    /// `--token` (or ROOMCAST_TOKEN): the signed join (docs/protocol.md §13).
     var token: String?
     /// `roomcast token`: the key file, kid, claims and lifetime of the token to mint.
     var keyFile: String?
@@ -324,7 +324,7 @@ private let identityHelp = """
       -l, --level N            your level (default 0)
       -i, --icon URL           your icon URL (default empty)
           --token TOKEN        signed-join token sent in every join (default:
-                               $ROOMCAST_TOKEN; see docs/protocol.md section 11)
+                               $ROOMCAST_TOKEN; see docs/protocol.md section 13)
     """
 
 func usage(_ command: Subcommand?) -> String {

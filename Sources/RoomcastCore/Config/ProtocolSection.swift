@@ -27,7 +27,7 @@ extension Config {
         /// in it). A longer one is a violation; the client stays where it was.
         public var maxRoomBytes: Int
         /// `notice_type`, default 9: the type of the notices the server sends
-        /// (docs/protocol.md §11), a control code that differs from the
+        /// (docs/protocol.md §13), a control code that differs from the
         /// other three. Frames of this type from clients are refused.
         public var noticeType: UInt16
     }

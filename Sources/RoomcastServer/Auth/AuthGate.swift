@@ -2,7 +2,7 @@ import Glibc
 import RoomcastCore
 
 // AuthGate.swift: signed joins and roles on the daemon's input path
-// (docs/protocol.md §11). The reactor asks `authorize` before a frame goes
+// (docs/protocol.md §13). The reactor asks `authorize` before a frame goes
 // into the relay: a join's token is verified and its identity checked, a
 // send is checked against the connection's verified claims. A refusal is a
 // violation like any other (limits of `protocol.max_violations`), the
@@ -24,7 +24,7 @@ struct AuthSession: Equatable {
 /// The daemon's signed-join state: the keys, the expiry queue, the counters.
 struct AuthGate {
     /// Time after `exp` at which a connection that did not renew is told
-    /// `token_expired` and closed, in ms (docs/protocol.md §11).
+    /// `token_expired` and closed, in ms (docs/protocol.md §13).
     static let graceMs: Int64 = 25_000
     /// A refusal from one address is logged at most once per this, in ms.
     static let logIntervalMs: UInt64 = 60_000
@@ -109,7 +109,7 @@ enum AuthVerdict {
 }
 
 extension Server {
-    /// Checks one frame from `id` before the relay sees it (docs/protocol.md §11).
+    /// Checks one frame from `id` before the relay sees it (docs/protocol.md §13).
     /// `frame` is the whole LTB frame (header included); for a JSON client the LTB frame its command stands for.
     func authorize(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) -> AuthVerdict {
         let s = relay.settings
@@ -247,7 +247,7 @@ extension Server {
         }
     }
 
-    /// Queues a notice (docs/protocol.md §11) for `id` alone: a frame of
+    /// Queues a notice (docs/protocol.md §13) for `id` alone: a frame of
     /// type `protocol.notice_type`, or `{"cmd":"notice",...}` for a JSON client.
     func sendNotice(_ id: Int, _ notice: Notice) {
         let frame = FrameCodec.encode(type: config.protocol.noticeType, body: notice.serialized(), byteOrder: config.protocol.byteOrder)

@@ -15,7 +15,7 @@ enum JSONDialect {
     /// A command from a JSON client.
     enum Command: Equatable {
         /// `{"cmd":"nickname","nickname":N}`: join the default room as N;
-        /// `"room"` names another room, `"token"` carries a signed join (§11).
+        /// `"room"` names another room, `"token"` carries a signed join (§13).
         case nickname(String, room: String? = nil, token: String? = nil)
         /// `{"cmd":"msg","content":C}`: say C.
         case msg(String)

@@ -1,4 +1,4 @@
-// Signed joins against the real roomcastd (docs/protocol.md §11), with
+// Signed joins against the real roomcastd (docs/protocol.md §13), with
 // tokens minted by PyJWT (Reference/jwt_mint.py), an implementation that is
 // not ours. Needs python3 with `pip install pyjwt cryptography` (make deps).
 import Foundation
@@ -298,5 +298,25 @@ struct AuthIntegrationTests {
         #expect(joined.wire == Wire.frame(0, UserInfo(level: 0, name: "alice", iconURL: "", room: "stage").serialized()))
         try j.send(["cmd": "msg", "content": "hi"])
         #expect(ltb.receiveFrame()?.type == 2)
+    }
+
+    @Test("roomcast token mints an HS256 token the daemon accepts; roomcast send --token joins a daemon that requires one")
+    func commandLineToken() throws {
+        let a = try AuthDaemon(["auth.required": "yes"])
+        let d = a.daemon
+        let minted = try roomcast(["token", "--key-file", a.keyPath, "--kid", "hs1", "--sub", "carol", "--room", "stage", "--ttl", "10min"])
+        #expect(minted.status == 0, "\(minted.stderr)")
+        let token = minted.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let jws = try CompactJWS(Array(token.utf8))
+        let claims = try TokenClaims(json: jws.payload)
+        #expect(jws.algorithm == "HS256" && jws.keyID == "hs1" && claims.sub == "carol" && claims.rooms == ["stage"])
+        #expect(abs(claims.exp - Int64(TestKeys.now) - 600) <= 2)
+        let server = "\(d.host):\(d.port)"
+        let refused = try roomcast(["send", "--server", server, "--name", "carol", "--room", "stage", "--timeout", "1s", "text", "hi"])
+        #expect(refused.status == 1, "without a token the join is refused: \(refused.stdout) \(refused.stderr)")
+        let sent = try roomcast(["send", "--server", server, "--name", "carol", "--room", "stage", "--token", token, "text", "hi"])
+        #expect(sent.status == 0, "\(sent.stdout) \(sent.stderr)")
+        let ed = try roomcast(["token", "--key-file", a.keyPath, "--kid", "ed1", "--sub", "carol"])
+        #expect(ed.status == 1 && ed.stderr.contains("cannot sign"), "\(ed.stderr)")
     }
 }
