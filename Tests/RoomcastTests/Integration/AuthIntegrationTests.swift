@@ -267,12 +267,15 @@ struct AuthIntegrationTests {
         #expect(!d.stderr.current.contains(TestKeys.secret) && !d.stderr.current.contains(TestKeys.otherSecret), "a key reached the log")
     }
 
-    @Test("the start is refused when others can read the key file, or it is not a key file")
+    @Test("the start is refused when others can read the key file, another user owns it, or it is not a key file")
     func badKeyFileAtStart() throws {
         let dir = try TempDirectory()
         let readable = try TestKeys.writeKeyFile(dir, "hs1 HS256 \(TestKeys.secret)\n", name: "readable", mode: 0o644)
         let bad = try TestKeys.writeKeyFile(dir, "hs1 HS256 \(TestKeys.secret)\nhs1 EdDSA \(TestKeys.secret)\n", name: "bad")
-        for (path, needle) in [(readable, "mode 644 lets group or others at the keys"), (bad, "\(bad):2: key 'hs1' is listed twice")] {
+        let foreign = try TestKeys.writeKeyFile(dir, "hs1 HS256 \(TestKeys.secret)\n", name: "foreign")
+        #expect(chown(foreign, 65534, 65534) == 0)  // nobody: not the user the daemon runs as
+        for (path, needle) in [(readable, "mode 644 lets group or others at the keys"), (bad, "\(bad):2: key 'hs1' is listed twice"),
+                               (foreign, "owned by uid 65534, not by the service user (uid \(geteuid()))")] {
             let conf = try dir.write("c.conf", "[auth]\nkey_file = \(path)\n")
             let r = try runRoomcastd(["--config", conf, "--check-config"])
             #expect(r.status == 78, "\(r.stderr)")
