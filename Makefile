@@ -41,9 +41,10 @@ SWIFT      ?= swift
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
 # libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
-# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports,
+# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports;
 # libssl-dev for the COpenSSL target (libssl and libcrypto: the WebSocket handshake's
-# SHA-1 and base64, HMAC, TLS).
+# SHA-1 and base64, HMAC-SHA256 and Ed25519 of signed joins, TLS), and PyPI
+# pyjwt + cryptography, with which the signed-join tests mint their tokens.
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server libssl-dev
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
@@ -66,7 +67,7 @@ SHELL       := /bin/bash
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 
@@ -107,6 +108,11 @@ deps:
 	    fi; \
 	    $(SUDO) python3 -m pip install --quiet protobuf \
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages protobuf; \
+	fi
+	@if ! python3 -c 'import jwt, cryptography' 2>/dev/null; then \
+	    echo "deps: installing PyPI pyjwt and cryptography"; \
+	    $(SUDO) python3 -m pip install --quiet pyjwt cryptography \
+	        || $(SUDO) python3 -m pip install --quiet --break-system-packages pyjwt cryptography; \
 	fi
 
 deps-systemd: deps

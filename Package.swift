@@ -33,8 +33,9 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
-        // OpenSSL's libssl and libcrypto: all the daemon's cryptography (the
-        // WebSocket handshake's SHA-1 and base64, HMAC, CRYPTO_memcmp, TLS).
+        // OpenSSL 3's libssl and libcrypto: all the daemon's cryptography (the
+        // WebSocket handshake's SHA-1 and base64, HMAC-SHA256 and Ed25519 of
+        // signed joins, CRYPTO_memcmp, TLS).
         .systemLibrary(
             name: "COpenSSL",
             pkgConfig: "openssl",
@@ -54,7 +55,7 @@ let package = Package(
         // The client library: one event loop, reconnects, heartbeats.
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
         // The command-line client (chat, send, listen).
-        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim"]),
+        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim", "COpenSSL"]),
         // The chaos soak (`make soak`): ~2,000 loopback clients against the roomcastd built beside it.
         // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
         .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],
@@ -65,9 +66,10 @@ let package = Package(
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
         .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
         .executableTarget(name: "FuzzWebSocket", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzWebSocket"),
+        .executableTarget(name: "FuzzToken", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzToken"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
-        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
+        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "CShim", "COpenSSL"]),
         .testTarget(
             name: "RoomcastTests",
             // Not roomcastd: a test target links the objects of the executables it

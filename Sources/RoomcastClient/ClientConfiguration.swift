@@ -77,6 +77,11 @@ public struct ClientConfiguration: Sendable {
     public var reconnect = ReconnectPolicy()
     /// Frame types (docs/protocol.md §2).
     public var types = MessageTypes()
+    /// The signed-join token sent in every join (and rejoin) as UserInfo
+    /// field 5 (docs/protocol.md §13) when the joined user carries none;
+    /// never in texts or gifts. Nil: no token. Renew it before its `exp` by
+    /// setting a new one and joining again.
+    public var token: String?
 
     /// The defaults above, for the daemon at `server`.
     public init(server: ServerAddress = .default) {

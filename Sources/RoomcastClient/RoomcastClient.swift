@@ -141,14 +141,16 @@ public final class RoomcastClient {
     /// Sends a text message as the joined user.
     /// - Throws: `ClientError.notJoined`, `.notConnected`, or `.bodyTooLarge`.
     public func sendText(_ text: String) throws(ClientError) {
-        guard let user else { throw .notJoined }
+        guard var user else { throw .notJoined }
+        user.token = nil  // a token travels in joins only (docs/protocol.md §13)
         try enqueue(type: configuration.types.text, body: ChatMessage(user: user, text: text).serialized())
     }
 
     /// Sends a gift of `count` × `name` (picture at `url`) as the joined user.
     /// - Throws: `ClientError.notJoined`, `.notConnected`, or `.bodyTooLarge`.
     public func sendGift(name: String, url: String, count: Int32) throws(ClientError) {
-        guard let user else { throw .notJoined }
+        guard var user else { throw .notJoined }
+        user.token = nil
         let gift = GiftMessage(user: user, giftname: name, giftURL: url, giftcount: count)
         try enqueue(type: configuration.types.gift, body: gift.serialized())
     }
@@ -276,7 +278,9 @@ public final class RoomcastClient {
         joinSentThisConnection = true
         joinSentEver = true
         do {
-            try enqueue(type: configuration.types.join, body: user.serialized())
+            var join = user
+            if join.token == nil { join.token = configuration.token }
+            try enqueue(type: configuration.types.join, body: join.serialized())
         } catch {
             return  // only .notConnected is possible here, and the caller checked
         }

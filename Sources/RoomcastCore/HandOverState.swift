@@ -123,6 +123,10 @@ public struct HandOverState: Equatable, Sendable {
         /// ms (docs/protocol.md §6: the slow-consumer clock goes on across a
         /// restart); nil: not above.
         public var softLimitElapsedMs: UInt32? = nil
+        /// The verified claims of its last accepted token (TokenClaims.json;
+        /// docs/protocol.md §13), nil: none. The next process recomputes the
+        /// expiry from `exp`; the token itself is never kept.
+        public var authClaims: TokenClaims? = nil
 
         public init(key: UInt64) { self.key = key }
     }
@@ -159,6 +163,8 @@ public struct HandOverState: Equatable, Sendable {
         case key = 1, dialect, peerAddress, room, identity, nickname, input, output
         case heartbeatRemainingMs, partialFrameRemainingMs, violations, frameMilliTokens, byteMilliTokens, draining
         case tornBytes = 15, softLimitElapsedMs = 16
+        /// Signed joins: far from the sequence above, so fields other changes add there cannot collide with it.
+        case authClaims = 0x4101
 
         /// More than the number of fields (tags need not be dense).
         static let allCount = 32
@@ -191,9 +197,17 @@ public struct HandOverState: Equatable, Sendable {
     /// At least the bytes `encode` writes for one connection with fields of
     /// these sizes (in bytes), so that a writer can keep a state under what
     /// its reader accepts before it encodes anything.
-    public static func recordBytesBound(address: Int, room: Int, identity: Int, nickname: Int, input: Int, output: Int) -> Int {
+    public static func recordBytesBound(address: Int, room: Int, identity: Int, nickname: Int, input: Int, output: Int,
+                                        claims: Int = 0) -> Int {
         // 6 per record header, 8 per integer, every field present.
-        6 + FieldTag.allCount * 14 + address + room + identity + nickname + input + output
+        6 + FieldTag.allCount * 14 + address + room + identity + nickname + input + output + claims
+    }
+
+    /// At least the bytes `encode` writes for the cluster record `c`: its
+    /// header, two integers, and per stream a header, the room's bytes and
+    /// two integers.
+    public static func clusterBytesBound(_ c: Cluster) -> Int {
+        c.streams.reduce(6 + 2 * 14) { $0 + 6 + 6 + $1.room.bytes.count + 2 * 14 }
     }
 
     /// At least the bytes of the header and the globals, with `writer`
@@ -234,6 +248,7 @@ public struct HandOverState: Equatable, Sendable {
                 if c.draining { w.u8(FieldTag.draining.rawValue, 1) }
                 if c.tornBytes > 0 { w.u64(FieldTag.tornBytes.rawValue, c.tornBytes) }
                 if let ms = c.softLimitElapsedMs { w.u32(FieldTag.softLimitElapsedMs.rawValue, ms) }
+                if let claims = c.authClaims { w.bytes(FieldTag.authClaims.rawValue, claims.json) }
             }
         }
         if let cluster {
@@ -371,6 +386,8 @@ public struct HandOverState: Equatable, Sendable {
             case .draining: r.draining = try Reader.u8(v, "draining") != 0
             case .tornBytes: r.tornBytes = try Reader.u64(v, "torn bytes")
             case .softLimitElapsedMs: r.softLimitElapsedMs = try Reader.u32(v, "time over output_soft_bytes")
+            case .authClaims:
+                do { r.authClaims = try TokenClaims(json: Array(v)) } catch { throw .damaged("verified claims: \(error)") }
             case nil: break
             }
         }

@@ -52,6 +52,10 @@ public enum LiveLog {
         case torn = 4
         /// It is gone (its descriptor may still be in the box: close it).
         case close = 5
+        /// Its verified claims now (signed joins, docs/protocol.md §13):
+        /// length u32 | TokenClaims.json. Numbered apart from the sequence
+        /// above, so kinds other changes add there cannot collide with it.
+        case auth = 0x41
     }
 
     /// One connection as the log leaves it.
@@ -62,6 +66,8 @@ public enum LiveLog {
         public var identity: [UInt8]?
         public var input: [UInt8] = []
         public var torn: [UInt8] = []
+        /// The claims of its last accepted token; nil: none (or unreadable: served as tokenless).
+        public var authClaims: TokenClaims?
         public init() {}
     }
 
@@ -105,6 +111,9 @@ public enum LiveLog {
     public static func torn(_ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.torn, serial, bytes) }
 
     public static func close(_ serial: UInt64) -> [UInt8] { record(.close, serial, []) }
+
+    /// The verified claims of connection `serial` (Kind.auth).
+    public static func auth(_ serial: UInt64, _ claims: TokenClaims) -> [UInt8] { bytesRecord(.auth, serial, claims.json) }
 
     private static func bytesRecord(_ kind: Kind, _ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] {
         var payload: [UInt8] = []
@@ -175,6 +184,8 @@ public enum LiveLog {
                 live[serial]?.torn = Array(try p.bytes(Int(try p.u32())))
             case .close:
                 live[serial] = nil
+            case .auth:
+                live[serial]?.authClaims = try? TokenClaims(json: Array(try p.bytes(Int(try p.u32()))))
             case nil:
                 break
             }

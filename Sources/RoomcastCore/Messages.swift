@@ -1,10 +1,13 @@
 // The three proto2 bodies of docs/protocol.md §3 (the original clients' IMMessage.proto):
 //
 //   message UserInfo    { required int32 level = 1; required string name = 2;
-//                         required string iconURL = 3; optional string room = 4; }
+//                         required string iconURL = 3; optional string room = 4;
+//                         optional string token = 5; }
 //   message ChatMessage { required UserInfo user = 1; required string text = 2; }
 //   message GiftMessage { required UserInfo user = 1; required string giftname = 2;
 //                         required string giftURL = 3; required int32 giftcount = 4; }
+//   message Notice      { required string code = 1; optional string text = 2;
+//                         optional int64 retry_after_ms = 3; optional int64 count = 4; }
 //
 // Parsing matches Google's proto2 parser except where roomcast is stricter:
 // - a repeated scalar or string field: the last one wins (as Google);
@@ -91,13 +94,18 @@ public struct UserInfo: Equatable, Sendable {
     /// Field 4, optional string: roomcast's extension naming the room; nil means
     /// the default room. Omitted from the encoding when nil.
     public var room: String?
+    /// Field 5, optional string: the signed-join token of a join
+    /// (docs/protocol.md §13). The daemon removes it before relaying.
+    /// Omitted from the encoding when nil.
+    public var token: String?
 
     /// A user; `room` nil means the default room (docs/protocol.md §3).
-    public init(level: Int32, name: String, iconURL: String, room: String? = nil) {
+    public init(level: Int32, name: String, iconURL: String, room: String? = nil, token: String? = nil) {
         self.level = level
         self.name = name
         self.iconURL = iconURL
         self.room = room
+        self.token = token
     }
 
     /// Decodes a proto2 `UserInfo` body.
@@ -127,6 +135,7 @@ public struct UserInfo: Equatable, Sendable {
             + ProtoWriter.lengthDelimitedSize(field: 2, length: name.utf8.count)
             + ProtoWriter.lengthDelimitedSize(field: 3, length: iconURL.utf8.count)
             + (room.map { ProtoWriter.lengthDelimitedSize(field: 4, length: $0.utf8.count) } ?? 0)
+            + (token.map { ProtoWriter.lengthDelimitedSize(field: 5, length: $0.utf8.count) } ?? 0)
     }
 
     func write(to writer: inout ProtoWriter) {
@@ -134,6 +143,7 @@ public struct UserInfo: Equatable, Sendable {
         writer.writeString(2, name)
         writer.writeString(3, iconURL)
         if let room { writer.writeString(4, room) }
+        if let token { writer.writeString(5, token) }
     }
 
     /// Writes this as embedded message field `field`.
@@ -148,6 +158,97 @@ public struct UserInfo: Equatable, Sendable {
     /// name or room equal, see PeerText.swift).
     public static func == (a: UserInfo, b: UserInfo) -> Bool {
         a.level == b.level && sameBytes(a.name, b.name) && sameBytes(a.iconURL, b.iconURL) && sameBytes(a.room, b.room)
+            && sameBytes(a.token, b.token)
+    }
+
+    /// `body` (a valid UserInfo) without any field 5 (`token`), every other
+    /// byte as it was, in its order: the join the daemon relays
+    /// (docs/protocol.md §3, §13). Nil when `body` has no field 5 (relay it
+    /// as it is) or is not well-formed protobuf.
+    public static func removingToken(_ body: UnsafeRawBufferPointer) -> [UInt8]? {
+        var reader = ProtoReader(body)
+        var cut: [Range<Int>] = []
+        do {
+            while true {
+                let start = reader.position
+                guard let (field, wireType) = try reader.readTag() else { break }
+                try reader.skip(field: field, wireType: wireType, depth: maxDepth)
+                if field == 5 { cut.append(start..<reader.position) }
+            }
+        } catch {
+            return nil
+        }
+        guard !cut.isEmpty else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(body.count)
+        var from = 0
+        for r in cut {
+            out.append(contentsOf: body[from..<r.lowerBound])
+            from = r.upperBound
+        }
+        out.append(contentsOf: body[from...])
+        return out
+    }
+}
+
+/// A server notice (docs/protocol.md §13): the body of a frame of type
+/// `protocol.notice_type` the daemon sends to tell one client why it
+/// refused something. Clients never send it.
+public struct Notice: Equatable, Sendable {
+    /// Field 1, required string: a stable snake_case code (`token_invalid` ...).
+    public var code: String
+    /// Field 2, optional string: a sentence for a human (never a token).
+    public var text: String?
+    /// Field 3, optional int64: when a retry may succeed, in ms (nil: no hint).
+    public var retryAfterMs: Int64?
+    /// Field 4, optional int64: how many times this happened (e.g. violations so far).
+    public var count: Int64?
+
+    public init(code: String, text: String? = nil, retryAfterMs: Int64? = nil, count: Int64? = nil) {
+        self.code = code
+        self.text = text
+        self.retryAfterMs = retryAfterMs
+        self.count = count
+    }
+
+    /// The proto2 encoding in field-number order, as Google's `SerializeToString()`.
+    public func serialized() -> [UInt8] {
+        var writer = ProtoWriter(capacity: code.utf8.count + (text?.utf8.count ?? 0) + 30)
+        writer.writeString(1, code)
+        if let text { writer.writeString(2, text) }
+        if let retryAfterMs { writer.writeTag(3, .varint); writer.writeVarint(UInt64(bitPattern: retryAfterMs)) }
+        if let count { writer.writeTag(4, .varint); writer.writeVarint(UInt64(bitPattern: count)) }
+        return writer.bytes
+    }
+
+    /// Decodes a Notice body (clients; tests).
+    /// - Throws: `ProtoError` when malformed, a known field has the wrong
+    ///   wire type, a string is not UTF-8, or `code` is missing.
+    public init(protobuf body: [UInt8]) throws(ProtoError) {
+        let result = body.withUnsafeBytes { bytes in
+            Result { () throws(ProtoError) -> Notice in
+                var reader = ProtoReader(bytes)
+                var code: String?
+                var notice = Notice(code: "")
+                while let (field, wireType) = try reader.readTag() {
+                    switch field {
+                    case 1: code = decodeUTF8(bytes, try reader.readString(wireType, "Notice", 1, "code"))
+                    case 2: notice.text = decodeUTF8(bytes, try reader.readString(wireType, "Notice", 2, "text"))
+                    case 3: notice.retryAfterMs = Int64(bitPattern: try reader.readVarintField(wireType, "Notice", 3, "retry_after_ms"))
+                    case 4: notice.count = Int64(bitPattern: try reader.readVarintField(wireType, "Notice", 4, "count"))
+                    default: try reader.skip(field: field, wireType: wireType, depth: maxDepth)
+                    }
+                }
+                guard let code else { throw .missingRequired(message: "Notice", name: "code") }
+                notice.code = code
+                return notice
+            }
+        }
+        self = try result.get()
+    }
+
+    public static func == (a: Notice, b: Notice) -> Bool {
+        sameBytes(a.code, b.code) && sameBytes(a.text, b.text) && a.retryAfterMs == b.retryAfterMs && a.count == b.count
     }
 }
 
@@ -300,6 +401,7 @@ struct UserInfoFields {
     var name: Range<Int>?
     var iconURL: Range<Int>?
     var room: Range<Int>?
+    var token: Range<Int>?
 
     mutating func scan(_ reader: inout ProtoReader, context: String, depth: Int) throws(ProtoError) {
         while let (field, wireType) = try reader.readTag() {
@@ -308,6 +410,7 @@ struct UserInfoFields {
             case 2: name = try reader.readString(wireType, context, 2, "name")
             case 3: iconURL = try reader.readString(wireType, context, 3, "iconURL")
             case 4: room = try reader.readString(wireType, context, 4, "room")
+            case 5: token = try reader.readString(wireType, context, 5, "token")
             default: try reader.skip(field: field, wireType: wireType, depth: depth)
             }
         }
@@ -325,7 +428,8 @@ struct UserInfoFields {
             level: level!,
             name: try string(body, name, context, "name"),
             iconURL: try string(body, iconURL, context, "iconURL"),
-            room: room.map { decodeUTF8(body, $0) })
+            room: room.map { decodeUTF8(body, $0) },
+            token: token.map { decodeUTF8(body, $0) })
     }
 }
 
@@ -396,6 +500,13 @@ extension ProtoReader {
                 message: context, field: field, name: name,
                 wireType: Int(wireType.rawValue), expected: Int(expected.rawValue))
         }
+    }
+
+    fileprivate mutating func readVarintField(
+        _ wireType: WireType, _ context: String, _ field: Int, _ name: String
+    ) throws(ProtoError) -> UInt64 {
+        try expect(wireType, .varint, context, field, name)
+        return try readVarint()
     }
 
     /// An int32 is a varint truncated to its low 32 bits, as Google does.

@@ -45,10 +45,19 @@ public struct RelaySettings: Equatable, Sendable {
     /// Longest `room` a join may name, in bytes of UTF-8 (`[protocol]
     /// max_room_bytes`); a longer one is a violation and the join is refused.
     public var maxRoomBytes: Int
+    /// The type of server notices (`[protocol] notice_type`,
+    /// docs/protocol.md §13): a client sending one is refused.
+    public var noticeType: UInt16
+    /// Whether a new connection is a member of the default room at once
+    /// (§4). False when `[auth] required = yes` and `anonymous = none`: a
+    /// client without a token hears nothing (§13).
+    public var admitsToDefaultRoom: Bool
 
     public init(byteOrder: ByteOrder = .little, joinType: UInt16 = 0, leaveType: UInt16 = 1, heartbeatType: UInt16 = 8,
                 echo: Bool = true, validate: Bool = true, maxViolations: Int = 3, defaultRoom: String = "lobby",
-                maxRoomBytes: Int = 255) {
+                maxRoomBytes: Int = 255, noticeType: UInt16 = 9, admitsToDefaultRoom: Bool = true) {
+        self.noticeType = noticeType
+        self.admitsToDefaultRoom = admitsToDefaultRoom
         self.byteOrder = byteOrder
         self.joinType = joinType
         self.leaveType = leaveType
@@ -67,6 +76,7 @@ public struct RelaySettings: Equatable, Sendable {
             && a.heartbeatType == b.heartbeatType && a.textType == b.textType && a.giftType == b.giftType
             && a.echo == b.echo && a.validate == b.validate && a.maxViolations == b.maxViolations
             && sameBytes(a.defaultRoom, b.defaultRoom) && a.maxRoomBytes == b.maxRoomBytes
+            && a.noticeType == b.noticeType && a.admitsToDefaultRoom == b.admitsToDefaultRoom
     }
 }
 
@@ -81,6 +91,21 @@ public enum RejectionCode: String, Sendable {
     case rateLimit = "rate_limit"
     /// A JSON command whose frame would be over a `max_frame_bytes` (the server's check).
     case frameTooLarge = "frame_too_large"
+    /// Signed joins (docs/protocol.md §13): a join without a token where one
+    /// is required, or a send by an anonymous reader.
+    case tokenRequired = "token_required"
+    /// A token that is malformed, badly signed, of the wrong algorithm or key.
+    case tokenInvalid = "token_invalid"
+    /// A token past `exp` (plus the leeway), or a connection whose token ran out.
+    case tokenExpired = "token_expired"
+    /// A join naming a room outside the token's `rooms`.
+    case roomForbidden = "room_forbidden"
+    /// A join, text or gift whose UserInfo is not the token's identity.
+    case identityMismatch = "identity_mismatch"
+    /// A frame type outside the token's `may`.
+    case notPermitted = "not_permitted"
+    /// A frame of type `protocol.notice_type` from a client.
+    case noticeFromClient = "notice_from_client"
 }
 
 /// What the relay did with one frame, for the caller's logs and counters.
@@ -233,7 +258,7 @@ public struct Relay {
         }
         precondition(!sessions[id].active, "connection id \(id) is already in use")
         sessions[id] = Session(active: true)
-        enter(id, room: RoomName(settings.defaultRoom))
+        if settings.admitsToDefaultRoom { enter(id, room: RoomName(settings.defaultRoom)) }
     }
 
     /// The connection is gone (closed, evicted). If it had joined, its room
@@ -282,6 +307,8 @@ public struct Relay {
             sessions[id].identity = nil
             guard let r = old else { return .left(room: nil, recipients: 0) }
             return .left(room: rooms.indices.contains(r) ? rooms[r].name.string : nil, recipients: broadcast(frame, room: r, from: id, sink: sink))
+        case s.noticeType:
+            return violation(id, "type \(type) is protocol.notice_type: only the server sends notices", .noticeFromClient)
         case s.textType:
             if s.validate, let error = check(.chatMessage, body) { return violation(id, "text: \(error)") }
         case s.giftType:
@@ -331,6 +358,9 @@ public struct Relay {
             }
             target = RoomName(room)
         }
+        // The token (field 5) never reaches another member (§13): the
+        // join is relayed, and remembered for the synthesized leave, without it.
+        let relayedBody = info == nil || info?.token != nil ? UserInfo.removingToken(body) : nil
         let current = sessions[id].room
         // Byte for byte: NFC and NFD spellings of a name are two rooms (§3).
         if current < 0 || rooms[current].name != target {
@@ -342,10 +372,17 @@ public struct Relay {
             }
             enter(id, room: target)
         }
-        sessions[id].identity = Array(body)
+        sessions[id].identity = relayedBody ?? Array(body)
         sessions[id].name = info?.name ?? ""
         let r = sessions[id].room
-        return .joined(name: sessions[id].name, room: target.string, recipients: broadcast(frame, room: r, from: id, sink: sink))
+        let recipients: Int
+        if let relayedBody {
+            let copy = FrameCodec.encode(type: settings.joinType, body: relayedBody, byteOrder: settings.byteOrder)
+            recipients = copy.withUnsafeBytes { broadcast($0, room: r, from: id, sink: sink) }
+        } else {
+            recipients = broadcast(frame, room: r, from: id, sink: sink)
+        }
+        return .joined(name: sessions[id].name, room: target.string, recipients: recipients)
     }
 
     private func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
@@ -419,6 +456,7 @@ extension RelaySettings {
         self.init(byteOrder: config.protocol.byteOrder, joinType: config.protocol.joinType, leaveType: config.protocol.leaveType,
                   heartbeatType: config.protocol.heartbeatType, echo: config.protocol.echo, validate: config.protocol.validate,
                   maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom,
-                  maxRoomBytes: config.protocol.maxRoomBytes)
+                  maxRoomBytes: config.protocol.maxRoomBytes, noticeType: config.protocol.noticeType,
+                  admitsToDefaultRoom: !(config.auth.required && config.auth.anonymous == .none))
     }
 }

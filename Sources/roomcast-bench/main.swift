@@ -11,6 +11,11 @@
 setvbuf(stdout, nil, _IOLBF, 0)
 signal(SIGPIPE, SIG_IGN)
 
+// `roomcast-bench verify-tokens [N]`: the cost of verifying a signed join (VerifyBench.swift).
+if CommandLine.arguments.dropFirst().first == "verify-tokens" {
+    exit(runVerifyBench(Array(CommandLine.arguments.dropFirst(2))))
+}
+
 let o: Options
 do {
     o = try Options.parse(Array(CommandLine.arguments.dropFirst()))

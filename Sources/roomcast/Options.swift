@@ -8,7 +8,7 @@ import RoomcastClient
 let exitUsage: Int32 = 64
 
 enum Subcommand: String, CaseIterable {
-    case chat, send, listen
+    case chat, send, listen, token
 }
 
 /// What `send` sends.
@@ -37,6 +37,13 @@ struct Invocation {
     var version = false
     /// True for `roomcast --help`/`--version` without a subcommand.
     var topLevel = false
+    /// `--token` (or ROOMCAST_TOKEN): the signed join (docs/protocol.md §13).
+    var token: String?
+    /// `roomcast token`: the key file, kid, claims and lifetime of the token to mint.
+    var keyFile: String?
+    var kid: String?
+    var sub: String?
+    var ttlMs: UInt64 = 3_600_000
 
     /// The client configuration these options describe.
     var configuration: ClientConfiguration {
@@ -44,6 +51,7 @@ struct Invocation {
         configuration.byteOrder = byteOrder
         configuration.heartbeatIntervalMs = heartbeatMs
         configuration.maxFrameBytes = maxFrameBytes
+        configuration.token = token
         return configuration
     }
 
@@ -70,6 +78,11 @@ private struct OptionSpec {
 private let optByteOrder: Int32 = 256
 private let optHeartbeat: Int32 = 257
 private let optMaxFrameBytes: Int32 = 258
+private let optToken: Int32 = 259
+private let optKeyFile: Int32 = 260
+private let optKid: Int32 = 261
+private let optSub: Int32 = 262
+private let optTTL: Int32 = 263
 /// The range of `--max-frame-bytes`: the daemon's `max_frame_bytes` (1 ... 1G).
 let maxFrameBytesRange = 1...(1 << 30)
 
@@ -88,6 +101,7 @@ private let identityOptions = [
     OptionSpec(name: "room", hasArgument: true, value: letter("r")),
     OptionSpec(name: "level", hasArgument: true, value: letter("l")),
     OptionSpec(name: "icon", hasArgument: true, value: letter("i")),
+    OptionSpec(name: "token", hasArgument: true, value: optToken),
 ]
 
 private func options(for command: Subcommand) -> [OptionSpec] {
@@ -96,6 +110,17 @@ private func options(for command: Subcommand) -> [OptionSpec] {
         return identityOptions + commonOptions
     case .send:
         return identityOptions + [OptionSpec(name: "timeout", hasArgument: true, value: letter("t"))] + commonOptions
+    case .token:
+        return [
+            OptionSpec(name: "key-file", hasArgument: true, value: optKeyFile),
+            OptionSpec(name: "kid", hasArgument: true, value: optKid),
+            OptionSpec(name: "sub", hasArgument: true, value: optSub),
+            OptionSpec(name: "room", hasArgument: true, value: letter("r")),
+            OptionSpec(name: "name", hasArgument: true, value: letter("n")),
+            OptionSpec(name: "ttl", hasArgument: true, value: optTTL),
+            OptionSpec(name: "help", hasArgument: false, value: letter("h")),
+            OptionSpec(name: "version", hasArgument: false, value: letter("V")),
+        ]
     case .listen:
         return identityOptions + [
             OptionSpec(name: "json", hasArgument: false, value: letter("j")),
@@ -205,6 +230,19 @@ func parseCommandLine(_ arguments: [String]) -> Result<Invocation, UsageError> {
             invocation.level = level
         case letter("i"):
             invocation.icon = v
+        case optToken:
+            guard !v.isEmpty else { return fail("option '--token': the token is empty") }
+            invocation.token = v
+        case optKeyFile:
+            invocation.keyFile = v
+        case optKid:
+            invocation.kid = v
+        case optSub:
+            guard !v.isEmpty else { return fail("option '--sub': the account id is empty") }
+            invocation.sub = v
+        case optTTL:
+            guard let ms = parseDuration(v), ms >= 1000 else { return fail("option '--ttl': '\(v)' is not a duration of at least 1s, like 1h or 10min") }
+            invocation.ttlMs = ms
         case letter("j"):
             invocation.json = true
         case letter("c"):
@@ -220,7 +258,16 @@ func parseCommandLine(_ arguments: [String]) -> Result<Invocation, UsageError> {
     }
     if invocation.help || invocation.version { return .success(invocation) }
 
+    if invocation.token == nil, command != .token, let env = getenv("ROOMCAST_TOKEN"), env.pointee != 0 {
+        invocation.token = String(cString: env)
+    }
     switch command {
+    case .token:
+        if let extra = rest.first { return fail("unexpected argument '\(extra)'") }
+        for (value, option) in [(invocation.keyFile, "--key-file"), (invocation.kid, "--kid"), (invocation.sub, "--sub")] where value == nil {
+            return fail("option '\(option)' is required")
+        }
+        return .success(invocation)
     case .chat, .listen:
         if let extra = rest.first { return fail("unexpected argument '\(extra)'") }
     case .send:
@@ -247,11 +294,13 @@ let mainUsage = """
            roomcast send   --name NAME [--room R] [OPTIONS] text MESSAGE
            roomcast send   --name NAME [--room R] [OPTIONS] gift NAME URL COUNT
            roomcast listen [--room R] [--json] [--count N] [OPTIONS]
+           roomcast token  --key-file F --kid K --sub S [--room R] [--ttl 1h]
 
     The command-line client of roomcastd, the chat-room relay.
       chat     interactive: each line typed is sent as text
       send     join, send one message, wait for the daemon's echo, leave
       listen   print every event of a room, as text or as JSON lines
+      token    mint a signed-join token for development (HS256)
 
     Run 'roomcast SUBCOMMAND --help' for the options of each.
     Exit status: 0 ok, 1 failure (refused, timeout, rejected), 64 bad usage,
@@ -274,6 +323,8 @@ private let identityHelp = """
       -r, --room ROOM          room to join (default: the daemon's default room)
       -l, --level N            your level (default 0)
       -i, --icon URL           your icon URL (default empty)
+          --token TOKEN        signed-join token sent in every join (default:
+                               $ROOMCAST_TOKEN; see docs/protocol.md section 13)
     """
 
 func usage(_ command: Subcommand?) -> String {
@@ -311,6 +362,23 @@ func usage(_ command: Subcommand?) -> String {
             \(identityHelp)
               -t, --timeout DURATION   give up after this long (default 5s)
             \(commonHelp)
+            """
+    case .token?:
+        return """
+            Usage: roomcast token --key-file F --kid K --sub S [--room R] [--name N] [--ttl 1h]
+
+            Mints a signed-join token for development and prints it: a JWT (RFC 7519)
+            signed with HS256 by the secret on the line of key file F whose kid is K
+            (the format of roomcastd's [auth] key_file). Claims: sub S, exp now + TTL,
+            rooms [R] (default ["*"]), name N if given. EdDSA lines hold only the public
+            key and cannot sign: mint EdDSA tokens in the app's backend.
+
+              --key-file F   the key file
+              --kid K        the key to sign with (an HS256 line)
+              --sub S        the account id
+              -r, --room R   the room the token allows (default: any)
+              -n, --name N   the name UserInfo must carry (default: S)
+              --ttl DURATION lifetime (default 1h)
             """
     case .listen?:
         return """

@@ -26,5 +26,6 @@ case .success(let invocation):
     case .send: exit(runSend(invocation, signalFD: signalFD))
     case .listen: exit(runListen(invocation, signalFD: signalFD))
     case .chat: exit(runChat(invocation, signalFD: signalFD))
+    case .token: exit(runToken(invocation))
     }
 }

@@ -65,9 +65,13 @@ if let mainPID = invocation.stopHookPID {
 let systemd = Systemd.fromEnvironment()
 
 var config: Config
+// `[auth] key_file` is read with the config: a bad, foreign or readable-by-
+// others key file refuses the start as a bad config does (exit 78).
+var keys: AuthKeys?
 do {
     config = try Config.load(path: invocation.configPath)
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
+    keys = try Server.loadKeys(config)
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
     flushBeforeExit(systemd)
@@ -106,7 +110,7 @@ if config.log.target == .journal, logger.sink != .journal {
 do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
-                            systemd: systemd, logger: logger, signalFD: signalFD)
+                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys)
     let status = try server.run()
     flushBeforeExit(systemd, logger)
     exit(status)

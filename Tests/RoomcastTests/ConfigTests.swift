@@ -180,9 +180,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log", "cluster"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log", "cluster", "auth"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 33)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 38)
     }
 
     /// The operator's documentation names every key: the table of
@@ -216,6 +216,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             validate = False
             max_violations = 10
             max_room_bytes = 1K
+            notice_type = 77
             [heartbeat]
             timeout = 1min 30s
             tick = 250ms
@@ -242,13 +243,18 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             name = eu-west.1
             timeout = 500ms
             max_output_bytes = 1M
+            [auth]
+            key_file = /etc/roomcast/keys
+            required = yes
+            anonymous = read
+            viewer_may = text, gift ,42
             """
         let c = try Config.parse(text, file: "t")
         let expected = Config(
             server: .init(listen: [ListenAddress(host: "127.0.0.1", port: 0, isIPv6: false)],
                           maxClients: 5, defaultRoom: "hall # not a comment", maxClientsPerIP: 7),
             protocol: .init(byteOrder: .big, maxFrameBytes: 1 << 20, joinType: 3, leaveType: 4,
-                            heartbeatType: 1, echo: false, validate: false, maxViolations: 10, maxRoomBytes: 1024),
+                            heartbeatType: 1, echo: false, validate: false, maxViolations: 10, maxRoomBytes: 1024, noticeType: 77),
             heartbeat: .init(timeoutMs: 90_000, tickMs: 250),
             limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20,
                           framesPerSecond: 50, framesBurst: 100, bytesPerSecond: 1 << 20, bytesBurst: 2 << 20),
@@ -257,7 +263,8 @@ private func tempFile(_ bytes: [UInt8]) -> String {
                                  ListenAddress(host: "::1", port: 9899, isIPv6: true)],
                         maxFrameBytes: 4096, heartbeatTimeoutMs: 45_000, tcpKeepaliveMs: 120_000),
             cluster: .init(redis: .tcp(host: "::1", port: 6380, isIPv6: true), name: "eu-west.1", timeoutMs: 500,
-                           maxOutputBytes: 1 << 20))
+                           maxOutputBytes: 1 << 20),
+            auth: .init(keyFile: "/etc/roomcast/keys", required: true, anonymous: .read, viewerMay: [2, 3, 42]))
         #expect(c == expected)
     }
 

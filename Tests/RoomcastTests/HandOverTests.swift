@@ -85,7 +85,7 @@ struct HandOverTests {
         var logPipe: [Int32] = [-1, -1]
 
         init(_ sections: String, clock: ManualClock, stored: [(fd: Int32, name: String)] = [], fdStoreMax: Int = 16,
-             maxStateBytes: Int = Server.maxStateBytes) throws {
+             maxStateBytes: Int = Server.maxStateBytes, keys: AuthKeys? = nil) throws {
             self.clock = clock
             let config = try Config.parse("[server]\nlisten = 127.0.0.1:0\n" + sections, file: "test.conf")
             _ = pipe(&logPipe)
@@ -95,7 +95,7 @@ struct HandOverTests {
             let systemd = Systemd(notifySocket: true, watchdogUsec: nil, listenFDs: [], channel: NotifyChannel(address: notify.path),
                                   storedFDs: stored, fdStoreMax: fdStoreMax)
             server = try Server(config: config, options: .init(configPath: nil), systemd: systemd, logger: logger, signalFD: -1,
-                                clock: { [clock] in clock.nowMs })
+                                clock: { [clock] in clock.nowMs }, keys: keys)
             server.handOver.timeoutMs = 50  // the barrier is answered only after the fact here
             server.handOver.maxStateBytes = maxStateBytes
             try server.start()
@@ -152,7 +152,8 @@ struct HandOverTests {
     static let config = "[heartbeat]\ntimeout = 30s\ntick = 100ms\n[limits]\nframes_per_second = 1\nframes_burst = 50\n"
 
     /// Hands A's connections over and starts B on what A stored.
-    static func handOver(_ a: Node, sections: String = config, maxStateBytes: Int = Server.maxStateBytes) throws -> Node {
+    static func handOver(_ a: Node, sections: String = config, maxStateBytes: Int = Server.maxStateBytes,
+                         keys: AuthKeys? = nil) throws -> Node {
         a.notify.update()
         a.server.announceRestart()
         a.server.beginHandOver()
@@ -162,7 +163,7 @@ struct HandOverTests {
         #expect(a.notify.store["state"] != nil && a.notify.store.keys.contains { $0 == "box" || $0.hasPrefix("livebox-") },
                 "\(a.notify.store.keys.sorted())")
         a.clock.nowMs += 40  // the gap: no deadline moves closer during it
-        return try Node(sections, clock: a.clock, stored: a.notify.passed, maxStateBytes: maxStateBytes)
+        return try Node(sections, clock: a.clock, stored: a.notify.passed, maxStateBytes: maxStateBytes, keys: keys)
     }
 
     @Test("rooms, identities, partial input, owed output, heartbeat time left, violations and token buckets carry over")
@@ -348,6 +349,48 @@ struct HandOverTests {
         #expect(fromB.contains { $0.text.hasPrefix("FDSTORE=1") && $0.name == "livebox-2" })
         for n in fromB where n.text.hasPrefix("FDSTORE=1") { #expect(n.text.contains("FDPOLL=0"), "\(n.text): PID 1 must not poll a box") }
         [x, y, z, w].forEach { close($0.peer) }
+    }
+
+    @Test("verified identities survive a restart and a crash: the token is not sent again, a forged name is still refused")
+    func verifiedIdentitiesCarryOver() throws {
+        let dir = try TempDirectory()
+        let keyPath = try TestKeys.writeKeyFile(dir, "hs1 HS256 \(TestKeys.secret)\n")
+        let keys = try #require(try Server.loadKeys(try Config.parse("[auth]\nkey_file = \(keyPath)\n", file: "k")))
+        let sections = Self.config + "[auth]\nkey_file = \(keyPath)\n"
+        let token = try mintTokens([TestKeys.hs(["sub": "u-1", "name": "alice", "exp": TestKeys.now + 3600, "rooms": ["stage"]])])[0]
+        for crash in [false, true] {
+            let clock = ManualClock()
+            let a = try Node(sections, clock: clock, keys: keys)
+            let x = a.connect(), y = a.connect()
+            Self.send(x.peer, FrameCodec.encode(type: 0, body: UserInfo(level: 1, name: "alice", iconURL: "a", room: "stage", token: token).serialized(),
+                                                byteOrder: .little))
+            Self.send(y.peer, Self.join("bob", room: "stage"))
+            try a.tick()
+            #expect(a.server.table.slots[x.id]!.auth?.claims.sub == "u-1")
+            _ = [x, y].map { Self.drain($0.peer) }
+            let b: Node
+            if crash {
+                a.notify.update()
+                b = try Node(sections, clock: clock, stored: a.notify.passed, keys: keys)
+            } else {
+                b = try Self.handOver(a, sections: sections, keys: keys)
+            }
+            let s = b.server
+            func id(_ c: (id: Int, peer: Int32)) -> Int { s.table.ids.first { s.table.address(of: $0) == "peer-\(c.peer)" }! }
+            #expect(s.table.slots[id(x)]!.auth?.claims == TokenClaims(sub: "u-1", exp: s.table.slots[id(x)]!.auth!.claims.exp, name: "alice",
+                                                                      rooms: ["stage"]), crash ? "after a crash" : "after a restart")
+            #expect(s.table.slots[id(y)]!.auth == nil, "bob had no token and still has none")
+            // Alice's connection is still bound to her account: a forged name is refused, hers relayed.
+            let forged = FrameCodec.encode(type: 2, body: ChatMessage(user: UserInfo(level: 1, name: "bob", iconURL: "a"), text: "x").serialized(), byteOrder: .little)
+            let honest = FrameCodec.encode(type: 2, body: ChatMessage(user: UserInfo(level: 1, name: "alice", iconURL: "a"), text: "hi").serialized(), byteOrder: .little)
+            Self.send(x.peer, forged)
+            Self.send(x.peer, honest)
+            try b.tick()
+            let toX = Self.frames(Self.drain(x.peer) ?? [])
+            #expect(toX.first.map { $0.0 == 9 && (try? Notice(protobuf: $0.1))?.code == "identity_mismatch" } ?? false, "crash \(crash): \(toX) \(b.log)")
+            #expect(Self.frames(Self.drain(y.peer) ?? []).map(\.1) == [Array(honest[6...])], "only the honest text reaches bob")
+            [x, y].forEach { close($0.peer) }
+        }
     }
 
     @Test("a box holds thousands of descriptors and gives back keys and descriptors in order")

@@ -91,7 +91,7 @@ extension SeededGenerator {
     }
 
     mutating func user() -> UserInfo {
-        UserInfo(level: int32(), name: string(), iconURL: string(), room: chance(50) ? string() : nil)
+        UserInfo(level: int32(), name: string(), iconURL: string(), room: chance(50) ? string() : nil, token: chance(20) ? string() : nil)
     }
 
     mutating func message() -> Decoded {
@@ -171,7 +171,7 @@ func json(_ string: String) -> String { "\"\(hex(Array(string.utf8)))\"" }
 
 func json(_ user: UserInfo) -> String {
     "{\"level\":\(user.level),\"name\":\(json(user.name)),\"iconURL\":\(json(user.iconURL))"
-        + (user.room.map { ",\"room\":\(json($0))" } ?? "") + "}"
+        + (user.room.map { ",\"room\":\(json($0))" } ?? "") + (user.token.map { ",\"token\":\(json($0))" } ?? "") + "}"
 }
 
 func encodeRequest(_ message: Decoded) -> String {
@@ -198,7 +198,7 @@ func value(_ kind: BodyKind, _ msg: [String: Any]) -> Decoded? {
         guard let object, let level = int("level", object), let name = string("name", object),
             let icon = string("iconURL", object)
         else { return nil }
-        return UserInfo(level: level, name: name, iconURL: icon, room: string("room", object))
+        return UserInfo(level: level, name: name, iconURL: icon, room: string("room", object), token: string("token", object))
     }
     switch kind {
     case .userInfo:

@@ -39,6 +39,7 @@ public struct Config: Equatable, Sendable {
     public var log: Log
     public var json: JSON
     public var cluster: Cluster
+    public var auth: Auth
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -51,13 +52,14 @@ public struct Config: Equatable, Sendable {
         protocol: ProtocolSettings(
             byteOrder: .little, maxFrameBytes: 64 << 10,
             joinType: 0, leaveType: 1, heartbeatType: 8,
-            echo: true, validate: true, maxViolations: 3, maxRoomBytes: 255),
+            echo: true, validate: true, maxViolations: 3, maxRoomBytes: 255, noticeType: 9),
         heartbeat: Heartbeat(timeoutMs: 30_000, tickMs: 100),
         limits: Limits(outputSoftBytes: 256 << 10, outputSoftMs: 10_000, outputHardBytes: 4 << 20,
                        framesPerSecond: 0, framesBurst: 0, bytesPerSecond: 0, bytesBurst: 0),
         log: Log(level: .info, target: .auto, statsIntervalMs: 60_000),
         json: JSON(listen: [], maxFrameBytes: 64 << 10, heartbeatTimeoutMs: 0, tcpKeepaliveMs: 60_000),
-        cluster: Cluster(redis: nil, name: "main", timeoutMs: 2_000, maxOutputBytes: 4 << 20))
+        cluster: Cluster(redis: nil, name: "main", timeoutMs: 2_000, maxOutputBytes: 4 << 20),
+        auth: Auth(keyFile: "", required: false, anonymous: .none, viewerMay: [2]))
 
     /// Every section and its keys, in the order of config/roomcastd.conf.
     public static let sectionOrder: [String] = specs.map(\.section)
@@ -161,6 +163,7 @@ public struct Config: Equatable, Sendable {
         try checkHeartbeatRules(rule)
         try checkLimitsRules(rule)
         try checkJSONRules(rule)
+        try checkAuthRules(rule)
     }
 }
 
@@ -196,4 +199,4 @@ struct RuleContext {
 
 /// The single source of truth for sections, keys and their order; each
 /// section's keys, parsing and ranges are in its own file (ServerSection.swift ...).
-let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .log, .cluster]
+let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .log, .cluster, .auth]

@@ -26,6 +26,10 @@ extension Config {
         /// UTF-8, 1 ... 64K. Default 255 (as `default_room`, which must fit
         /// in it). A longer one is a violation; the client stays where it was.
         public var maxRoomBytes: Int
+        /// `notice_type`, default 9: the type of the notices the server sends
+        /// (docs/protocol.md §13), a control code that differs from the
+        /// other three. Frames of this type from clients are refused.
+        public var noticeType: UInt16
     }
 }
 
@@ -53,21 +57,24 @@ extension SectionSpec {
         KeySpec(name: "max_room_bytes") { c, v throws(ValueError) in
             c.protocol.maxRoomBytes = try size(v, 1...(64 << 10))
         },
+        KeySpec(name: "notice_type") { c, v throws(ValueError) in
+            c.protocol.noticeType = UInt16(try integer(v, 0...65535))
+        },
     ])
 }
 
 extension Config {
-    /// `[protocol]`'s rules: the three control codes differ.
+    /// `[protocol]`'s rules: the four control codes differ.
     func checkProtocolRules(_ rule: RuleContext) throws(ConfigError) {
         let p = self.protocol
         let types = [("protocol.join_type", p.joinType), ("protocol.leave_type", p.leaveType),
-                     ("protocol.heartbeat_type", p.heartbeatType)]
+                     ("protocol.heartbeat_type", p.heartbeatType), ("protocol.notice_type", p.noticeType)]
         for i in types.indices {
             for j in types.indices where j > i && types[i].1 == types[j].1 {
                 let (a, b) = (rule.lines[types[i].0] ?? 0) <= (rule.lines[types[j].0] ?? 0)
                     ? (types[i].0, types[j].0) : (types[j].0, types[i].0)
                 throw rule.fail([a, b], "\(b): \(types[j].1) is the same as \(a); "
-                    + "join_type, leave_type and heartbeat_type must differ")
+                    + "join_type, leave_type, heartbeat_type and notice_type must differ")
             }
         }
     }

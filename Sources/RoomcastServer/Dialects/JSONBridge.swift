@@ -14,8 +14,9 @@ import RoomcastCore
 enum JSONDialect {
     /// A command from a JSON client.
     enum Command: Equatable {
-        /// `{"cmd":"nickname","nickname":N}`: join the default room as N.
-        case nickname(String)
+        /// `{"cmd":"nickname","nickname":N}`: join the default room as N;
+        /// `"room"` names another room, `"token"` carries a signed join (§13).
+        case nickname(String, room: String? = nil, token: String? = nil)
         /// `{"cmd":"msg","content":C}`: say C.
         case msg(String)
         /// `{"cmd":"leave"}`: leave the room, stay connected.
@@ -28,6 +29,8 @@ enum JSONDialect {
         var cmd: String
         var nickname: String?
         var content: String?
+        var room: String?
+        var token: String?
     }
 
     /// Decodes one JSON body: any JSON object with a string `cmd` (extra keys
@@ -47,7 +50,7 @@ enum JSONDialect {
         switch incoming.cmd {
         case "nickname":
             guard let n = incoming.nickname else { return .failure(JSONBodyError(reason: "nickname: missing string 'nickname'")) }
-            return .success(.nickname(n))
+            return .success(.nickname(n, room: incoming.room, token: incoming.token))
         case "msg":
             guard let c = incoming.content else { return .failure(JSONBodyError(reason: "msg: missing string 'content'")) }
             return .success(.msg(c))
@@ -78,6 +81,9 @@ enum JSONDialect {
 
     private struct Presence: Encodable { var cmd: String; var nickname: String; var addr: String }
     private struct Message: Encodable { var cmd = "msg"; var from: String; var content: String }
+    private struct NoticeJSON: Encodable {
+        var cmd = "notice"; var code: String; var text: String?; var retry_after_ms: Int64?; var count: Int64?
+    }
     private struct Gift: Encodable {
         var cmd = "gift"; var from: String; var giftname: String; var giftURL: String; var giftcount: Int32
     }
@@ -105,6 +111,10 @@ enum JSONDialect {
         case s.giftType:
             guard let g = try? GiftMessage(protobuf: body) else { return nil }
             json = try? encoder.encode(Gift(from: g.user.name, giftname: g.giftname, giftURL: g.giftURL, giftcount: g.giftcount))
+        case s.noticeType:
+            // Only the server sends notices (Auth/AuthGate.swift): a client's is refused by the relay.
+            guard let n = try? Notice(protobuf: Array(body)) else { return nil }
+            json = try? encoder.encode(NoticeJSON(code: n.code, text: n.text, retry_after_ms: n.retryAfterMs, count: n.count))
         default:
             return nil
         }
@@ -113,8 +123,10 @@ enum JSONDialect {
 
     /// The LTB frame that stands for a JSON client's command inside the relay:
     /// its identity is `UserInfo(level: 0, name: nickname, iconURL: "")`.
-    static func ltbFrame(type: UInt16, nickname: String, text: String? = nil, settings s: RelaySettings) -> [UInt8] {
-        let user = UserInfo(level: 0, name: nickname, iconURL: "")
+    /// A join's may carry `room` and `token` (UserInfo fields 4 and 5).
+    static func ltbFrame(type: UInt16, nickname: String, text: String? = nil, room: String? = nil, token: String? = nil,
+                         settings s: RelaySettings) -> [UInt8] {
+        let user = UserInfo(level: 0, name: nickname, iconURL: "", room: room, token: token)
         let body = text.map { ChatMessage(user: user, text: $0).serialized() } ?? user.serialized()
         return FrameCodec.encode(type: type, body: body, byteOrder: s.byteOrder)
     }
@@ -133,19 +145,29 @@ extension Server {
         let s = relay.settings
         let type: UInt16
         let frame: [UInt8]
+        var pendingSession: AuthSession?
         switch JSONDialect.decode(body) {
         case .failure(let error):
             handleRejected(id, relay.reject(id, reason: "json: \(error.reason)"), type: nil, now: now)
             return
-        case .success(.nickname(let name)):
+        case .success(.nickname(let name, let room, let token)):
             type = s.joinType
-            frame = JSONDialect.ltbFrame(type: type, nickname: name, settings: s)
+            frame = JSONDialect.ltbFrame(type: type, nickname: name, room: room, token: token, settings: s)
             guard reachesEveryone(id, frame, now: now) else { return }
+            if auth.active(config) {
+                let verdict = frame.withUnsafeBytes { authorize(id, type: type, frame: $0, now: now) }
+                switch verdict {
+                case .refused: return
+                case .join(let session): pendingSession = session
+                case .pass: break
+                }
+            }
             table.slots[id]!.nickname = name
         case .success(.msg(let content)):
             type = s.textType
             frame = JSONDialect.ltbFrame(type: type, nickname: table.slots[id]!.nickname ?? "", text: content, settings: s)
             guard reachesEveryone(id, frame, now: now) else { return }
+            if auth.active(config), case .refused = frame.withUnsafeBytes({ authorize(id, type: type, frame: $0, now: now) }) { return }
         case .success(.leave):
             // A leave before any nickname announces nothing.
             guard let name = table.slots[id]!.nickname else { return }
@@ -158,6 +180,7 @@ extension Server {
         }
         let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table.fanout) }
         if case .rejected = event { handleRejected(id, event, type: nil, now: now); return }
+        if let pendingSession, case .joined = event { commitSession(id, pendingSession) }
         if case .left(room: .some, _) = event, s.echo {
             // docs/protocol.md §7: the leave goes to every client including
             // the sender, which the relay has already taken out of the room.

@@ -112,10 +112,12 @@ extension Server {
         handOver.pending = false
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
-        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing })
+        let carried = cluster?.carry()
+        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
+                                besides: carried.map(HandOverState.clusterBytesBound) ?? 0)
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
-        state.cluster = cluster?.carry()
+        state.cluster = carried
         // The live box (LiveStore.swift) already holds every descriptor: a
         // second box would put each client in flight twice, and descriptors
         // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes
@@ -159,14 +161,17 @@ extension Server {
     /// for the state to stay under `HandOverControl.maxStateBytes` (the
     /// next process refuses a larger one, and every record in it): those
     /// are closed, as slow consumers are (docs/protocol.md §6), and logged.
-    func fitStateLimit(_ ids: [Int]) -> [Int] {
+    /// - Parameter besides: bytes of the state's other records (the cluster's).
+    func fitStateLimit(_ ids: [Int], besides: Int = 0) -> [Int] {
         func bytes(_ id: Int) -> Int {
             let c = table.slots[id]!
             return HandOverState.recordBytesBound(address: c.address.utf8.count, room: relay.roomName(of: id)?.bytes.count ?? 0,
                                                   identity: relay.identity(of: id)?.count ?? 0, nickname: c.nickname?.utf8.count ?? 0,
-                                                  input: c.input.count, output: table.fanout.outboxes[id].queue.count)
+                                                  input: c.input.count, output: table.fanout.outboxes[id].queue.count,
+                                                  claims: c.auth?.claims.json.count ?? 0)
         }
-        let limit = handOver.maxStateBytes - HandOverState.globalsBytesBound(writer: roomcastVersion.utf8.count + 64 + socketOptions.utf8.count)
+        let limit = handOver.maxStateBytes - besides
+            - HandOverState.globalsBytesBound(writer: roomcastVersion.utf8.count + 64 + socketOptions.utf8.count)
         var total = ids.reduce(0) { $0 + bytes($1) }
         guard total > limit else { return ids }
         var left = Set<Int>()
@@ -208,6 +213,7 @@ extension Server {
         r.frameMilliTokens = c.frameBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
         r.byteMilliTokens = c.byteBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
         r.draining = table.state(id) == .draining
+        r.authClaims = c.auth?.claims
         return r
     }
 

@@ -141,6 +141,7 @@ extension Server {
         relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations))
         table.slots[id]!.nickname = r.nickname
         table.slots[id]!.input = r.input
+        if let claims = r.authClaims { restoreSession(id, claims, now: now) }
         if let t = r.frameMilliTokens, let b = table.slots[id]!.frameBucket {
             table.slots[id]!.frameBucket = TokenBucket(rate: b.rate, burst: b.burst, milliTokens: Int(clamping: t), nowMs: now)
         }

@@ -246,6 +246,7 @@ extension Server {
         guard let live else { return }
         for id in relay.takeChanged() where live.slot(id).serial != 0 && table.slots[id] != nil {
             logLive(LiveLog.room(live.slots[id].serial, room: relay.roomName(of: id), identity: relay.identity(of: id)))
+            if let claims = table.slots[id]!.auth?.claims { logLive(LiveLog.auth(live.slots[id].serial, claims)) }
         }
         if !live.toBox.isEmpty {
             if let box = live.box {
@@ -309,6 +310,7 @@ extension Server {
             guard serial != 0, let c = table.slots[id] else { continue }
             var records = LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address)
             records += LiveLog.room(serial, room: relay.roomName(of: id), identity: relay.identity(of: id))
+            if let claims = c.auth?.claims { records += LiveLog.auth(serial, claims) }
             if !c.input.isEmpty { records += LiveLog.input(serial, c.input) }
             let torn = table.fanout.outboxes[id].torn
             if torn > 0 { records += LiveLog.torn(serial, table.fanout.outboxes[id].queue.withReadableBytes { Array($0.prefix(torn)) }) }

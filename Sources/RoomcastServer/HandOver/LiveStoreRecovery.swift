@@ -81,6 +81,7 @@ extension Server {
                 r.input = c.input
                 r.output = c.torn  // the rest of a frame the client got part of, before anything else
                 r.tornBytes = UInt64(c.torn.count)
+                r.authClaims = c.authClaims
                 if restoreConnection(fd: e.fd, r, now: now) != nil { restored += 1 }
             }
         }

@@ -67,6 +67,8 @@ struct Connection {
     var drainDeadlineMs: UInt64 = 0
     /// Set with the move to `.closing`.
     var closeReason: CloseReason?
+    /// What its last accepted token proved (docs/protocol.md §13); nil: no token.
+    var auth: AuthSession?
 
     /// The peer's IP address alone (`1.2.3.4`, `[::1]`), for `max_clients_per_ip`.
     var ip: Substring { Self.ip(of: address) }

@@ -185,9 +185,20 @@ extension Server {
 
     /// One LTB frame into the relay (docs/protocol.md §2-§4).
     func relayFrame(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) {
+        var session: AuthSession?
+        if auth.active(config) {
+            switch authorize(id, type: type, frame: frame, now: now) {
+            case .refused: return
+            case .join(let s): session = s
+            case .pass: break
+            }
+        }
         let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
         if case .rejected = event { handleRejected(id, event, type: type, now: now) }
-        else if logger.enabled(.debug) { logRelayEvent(id, event) }
+        else {
+            if let session, case .joined = event { commitSession(id, session) }
+            if logger.enabled(.debug) { logRelayEvent(id, event) }
+        }
     }
 
     /// Takes one frame of `bytes` (header included) from the connection's

@@ -49,6 +49,7 @@ extension Server {
         let now = clock()
         let old = config
         config = plan.applied
+        reloadKeys()
         relay.reconfigure(RelaySettings(config))
         table.fanout.relaySettings = relay.settings
         table.fanout.outputHardBytes = config.limits.outputHardBytes

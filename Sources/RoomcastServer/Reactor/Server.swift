@@ -54,6 +54,8 @@ public final class Server {
     let systemd: Systemd
     let logger: Logger
     let clock: () -> UInt64
+    /// Wall-clock ms since the epoch: tokens' `exp` and `nbf` (Auth/AuthGate.swift).
+    let wallClock: () -> Int64
     let selector: Selector<Source>
     let signalFD: Int32
 
@@ -62,6 +64,8 @@ public final class Server {
     var relay: Relay
     var heartbeats: Heartbeats
     var status = StatusReporter()
+    /// Signed joins (`[auth]`, Auth/AuthGate.swift): keys, expiries, counters.
+    var auth = AuthGate()
     /// Rooms that span daemons (`[cluster]`); nil when it is off.
     var cluster: ClusterLink?
     /// The read buffer: whole frames are relayed straight from it (Input.swift).
@@ -91,10 +95,15 @@ public final class Server {
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
     ///     caller (or -1: no signals, for tests that call `beginStop`).
     ///   - clock: monotonic milliseconds; injectable for tests.
+    ///   - keys: `[auth] key_file` as read at start (`Server.loadKeys`); nil: none.
+    ///   - wallClock: ms since the epoch, for tokens' `exp` and `nbf`; injectable for tests.
     /// - Throws: `SystemError` from epoll_create1(2).
     public init(config: Config, options: Options, systemd: Systemd, logger: Logger, signalFD: Int32,
-                clock: @escaping () -> UInt64 = monotonicMilliseconds) throws(SystemError) {
+                clock: @escaping () -> UInt64 = monotonicMilliseconds, keys: AuthKeys? = nil,
+                wallClock: @escaping () -> Int64 = wallClockMilliseconds) throws(SystemError) {
         self.config = config
+        self.wallClock = wallClock
+        self.auth.keys = keys
         self.options = options
         self.systemd = systemd
         self.logger = logger
@@ -179,6 +188,7 @@ public final class Server {
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
+        if let expiry = auth.nextDeadline { deadline = min(deadline, expiry) }
         if !overSoft.isEmpty || !draining.isEmpty || systemd.hasPending || logger.owed {
             deadline = min(deadline, now + config.heartbeat.tickMs)
         }
@@ -204,6 +214,7 @@ public final class Server {
     /// accept retry, the watchdog, STATUS, stats and the buffer sweep.
     private func runTimers(now: UInt64) {
         heartbeats.expire(nowMs: now) { id, reason in evict(id, reason) }
+        if auth.nextDeadline.map({ $0 <= now }) ?? false { expireTokens(now: now) }
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty { checkDrainDeadlines(now: now) }
         resumeAcceptingIfDue(now: now)
@@ -222,7 +233,7 @@ public final class Server {
     /// What STATUS= and the stats line report.
     var figures: StatusReporter.Figures {
         .init(clients: table.count, rooms: relay.roomCount, deliveries: table.fanout.deliveries, stopping: stopping,
-              cluster: cluster?.figures)
+              cluster: cluster?.figures, authRefusals: auth.active(config) ? auth.refusals : nil, tokensExpired: auth.expired)
     }
 
     /// Warns when `server.max_clients` cannot be reached under the

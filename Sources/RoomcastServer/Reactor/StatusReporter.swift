@@ -18,6 +18,10 @@ struct StatusReporter {
         var stopping: Bool
         /// The cluster's state (`[cluster]`); nil when it is off.
         var cluster: ClusterFigures? = nil
+        /// Frames refused by `[auth]` so far (nil: signed joins are off).
+        var authRefusals: UInt64? = nil
+        /// Connections closed because their token ran out.
+        var tokensExpired: UInt64 = 0
     }
 
     /// How often STATUS= is refreshed, in ms.
@@ -96,6 +100,7 @@ struct StatusReporter {
         if f.stopping { return "Stopping: flushing \(plural(f.clients, "client"))" }
         return "\(plural(f.clients, "client")), \(plural(f.rooms, "room")), \(Int(inRate.rounded())) frames/s in, "
             + "\(Int(outRate.rounded())) frames/s out, \(evictions) evicted" + (f.cluster.map { "; " + $0.summary } ?? "")
+            + (f.authRefusals.map { "; auth: \($0) refused, \(f.tokensExpired) expired" } ?? "")
     }
 
     /// The stats log line and its fields if it is due.
@@ -107,6 +112,7 @@ struct StatusReporter {
         let message = "stats: \(f.clients) clients, \(f.rooms) rooms, \(fin) frames in (\(Int((Double(fin) / seconds).rounded()))/s), "
             + "\(fout) frames out (\(Int((Double(fout) / seconds).rounded()))/s), \(evictions &- lastStats.evictions) evicted"
             + (f.cluster.map { "; \($0.summary), \($0.late) late, \($0.stale) stale, \($0.misrouted) misrouted" } ?? "")
+            + (f.authRefusals.map { "; auth: \($0) refused, \(f.tokensExpired) expired" } ?? "")
         lastStats = (nowMs, framesIn, f.deliveries, evictions)
         setStatsInterval(statsIntervalMs, nowMs: nowMs)
         return (message, f.clients, f.rooms)

@@ -40,7 +40,8 @@ REQUIRED, OPTIONAL, REPEATED = F.LABEL_REQUIRED, F.LABEL_OPTIONAL, F.LABEL_REPEA
 # (field name, number, type, label); MESSAGE fields are always UserInfo.
 SCHEMA = {
     "UserInfo": [("level", 1, INT32, REQUIRED), ("name", 2, STRING, REQUIRED),
-                 ("iconURL", 3, STRING, REQUIRED), ("room", 4, STRING, OPTIONAL)],
+                 ("iconURL", 3, STRING, REQUIRED), ("room", 4, STRING, OPTIONAL),
+                 ("token", 5, STRING, OPTIONAL)],
     "ChatMessage": [("user", 1, MESSAGE, REQUIRED), ("text", 2, STRING, REQUIRED)],
     "GiftMessage": [("user", 1, MESSAGE, REQUIRED), ("giftname", 2, STRING, REQUIRED),
                     ("giftURL", 3, STRING, REQUIRED), ("giftcount", 4, INT32, REQUIRED)],
