@@ -3,18 +3,26 @@ import RoomcastCore
 import RoomcastIO
 
 // HandOver.swift owns restarts that keep every client connected (README.md,
-// "Restarts, upgrades and crashes"). On the SIGTERM of a `systemctl restart` (announced
-// by the unit's stop hook, StopHook.swift) the process stops reading, lets
-// the iteration's output go, and then puts every client descriptor into a
-// box (HandOverBox.swift) and everything it knows about them into a sealed
-// memfd (`HandOverState`), stores both in systemd's fd store and exits 0.
-// The next process takes them back in `start()`, before READY=1, through
-// the same `Server.open` as an accepted client plus the state: its room and
-// identity (no join or leave is announced), partial input, owed output,
-// heartbeat time left, violations and token buckets.
+// "Restarts, upgrades and crashes"). Every SIGTERM under a unit with an fd
+// store is a hand-over: the process stops accepting and reading, flushes
+// what the clients are owed while they take it (`HandOverControl`), and
+// then puts every client descriptor into a box (HandOverBox.swift) and
+// everything it knows about them into a sealed memfd (`HandOverState`),
+// stores both in systemd's fd store and exits 0. What happens next is
+// systemd's to decide, not ours to guess: on a restart the next process
+// takes them back in `start()`, before READY=1, through the same
+// `Server.open` as an accepted client plus the state (room, identity,
+// partial input, owed output, heartbeat time left, violations, token
+// buckets); on a stop PID 1 empties the store, closing the last copy of
+// each socket, and the clients see the close (a FIN once the kernel has
+// sent what it holds).
 //
-// A `systemctl stop`, SIGINT, or a SIGTERM outside systemd stops as
-// before (Lifecycle.swift): systemd 252 empties the fd store on a stop.
+// systemd 252 does not tell a service why it stops it, and a hook asking
+// PID 1 (ExecStop=) races: while the unit is starting or reloading systemd
+// sends SIGTERM without running ExecStop=.
+//
+// SIGINT, and SIGTERM without an fd store (outside systemd), stop as
+// before (Lifecycle.swift).
 
 /// The FDNAME= of what roomcastd keeps in systemd's fd store. A socket
 /// unit's FileDescriptorName= must not be one of these.
@@ -46,10 +54,19 @@ enum HandOverName {
 
 /// Where the daemon is with a hand-over.
 struct HandOverControl {
-    /// The stop hook said the coming SIGTERM is a restart (SIGUSR2).
-    var restartAnnounced = false
-    /// The SIGTERM of a restart arrived: hand over at the end of this iteration.
+    /// SIGTERM arrived: flush, then hand over at the end of an iteration.
     var pending = false
+    /// The flush before the hand-over: when it began, when the owed bytes
+    /// last went down and how many there were then, on the monotonic clock
+    /// in ms; nil until the first iteration that ended with bytes owed.
+    var flush: (startedMs: UInt64, progressMs: UInt64, owed: Int)?
+    /// The flush gives up once no client took a byte for this long, in ms:
+    /// a client that does not read is not worth every other client's gap
+    /// (its owed output is handed over, and kept on a restart).
+    var flushIdleMs: UInt64 = 50
+    /// The flush gives up after this long in any case, in ms: the drain of a
+    /// stop (docs/protocol.md, section 10: up to 5 s).
+    var flushLimitMs: UInt64 = Server.drainTimeoutMs
     /// When the process stopped reading, on its monotonic clock, in ms.
     var stoppedReadingMs: UInt64 = 0
     /// Everything is in systemd's hands: exit without closing anything.
@@ -75,19 +92,9 @@ extension Server {
 
     // MARK: - The old process
 
-    /// SIGUSR2 from the stop hook: the SIGTERM that follows is a restart.
-    func announceRestart() {
-        guard canHandOver else {
-            logger.notice("SIGUSR2 (a restart is coming), but the unit has no fd store (FDSTORE= unset): the connections will be closed")
-            return
-        }
-        handOver.restartAnnounced = true
-        logger.info("systemd is restarting roomcastd: the \(plural(table.count, "connection")) will be handed over to the next process")
-    }
-
-    /// The SIGTERM of a restart: no more accepting or reading; the hand-over
-    /// itself happens at the end of this loop iteration, once the frames it
-    /// read are relayed and flushed.
+    /// SIGTERM with an fd store: no more accepting or reading; the frames
+    /// this iteration read are relayed, what is owed is flushed while
+    /// clients take it (`handOverDue`), then everything is handed over.
     func beginHandOver() {
         stopping = true
         handOver.pending = true
@@ -96,8 +103,34 @@ extension Server {
             if let r = listeners.all[i].registration { selector.deregister(r) }
             listeners.all[i].registration = nil
         }
-        systemd.notify("STOPPING=1\nSTATUS=Restarting: handing \(plural(table.count, "client")) over")
-        logger.info("received SIGTERM for a restart: handing \(plural(table.count, "connection")) in \(plural(relay.roomCount, "room")) over")
+        systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client")), then handing them to systemd's fd store")
+        logger.info("received SIGTERM: flushing, then handing \(plural(table.count, "connection")) in \(plural(relay.roomCount, "room"))"
+                    + " to systemd's fd store (a restart takes them back, a stop closes them)")
+    }
+
+    /// At the end of an iteration after `beginHandOver`: whether the flush
+    /// is over (nothing owed, no client took a byte for `flushIdleMs`, or
+    /// `flushLimitMs` passed). The first time bytes are owed, reading stops
+    /// for every connection (epoll interest), so that only writes wake the loop.
+    func handOverDue(now: UInt64) -> Bool {
+        var owed = 0
+        for id in table.ids where table.state(id) != .closing { owed += table.fanout.outboxes[id].pending }
+        if owed == 0 { return true }
+        guard var flush = handOver.flush else {
+            handOver.flush = (now, now, owed)
+            for id in table.ids where table.state(id) != .closing { setWriteInterest(id, table.fanout.outboxes[id].pending > 0) }
+            return false
+        }
+        if owed < flush.owed { (flush.progressMs, flush.owed) = (now, owed) }
+        handOver.flush = flush
+        return now >= flush.startedMs + handOver.flushLimitMs || now >= flush.progressMs + handOver.flushIdleMs
+    }
+
+    /// When the flush next needs a look (`handOverDue`), in ms; nil when
+    /// there is no flush.
+    var handOverFlushDeadline: UInt64? {
+        guard handOver.pending, let f = handOver.flush else { return nil }
+        return min(f.startedMs + handOver.flushLimitMs, f.progressMs + handOver.flushIdleMs)
     }
 
     /// Boxes and stores everything (the end of the iteration of `beginHandOver`).
@@ -141,10 +174,11 @@ extension Server {
         let processed = barrier(timeoutMs: handOver.timeoutMs)
         handOver.done = true
         let ms = clock() - handOver.stoppedReadingMs
-        logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
-                    + " (\(liveBox ?? "a new box"))" + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
+        logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) to systemd's fd store in \(ms) ms"
+                    + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms, \(f.owed) bytes still owed go with the state" } ?? "") + ")"
+                    + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
                     ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount)])
-        systemd.notify("STATUS=Restarting: \(plural(ids.count, "client")) handed over")
+        systemd.notify("STATUS=Stopping: \(plural(ids.count, "client")) handed to systemd's fd store")
         return true
     }
 
@@ -247,7 +281,6 @@ extension Server {
         logger.error("cannot hand the connections over: \(why); stopping and closing them instead",
                      ["REASON": "handover_failed", "DETAIL": why])
         stopping = false
-        handOver.restartAnnounced = false
         beginStop(signal: SIGTERM)
         return false
     }

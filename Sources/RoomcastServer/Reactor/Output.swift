@@ -45,7 +45,8 @@ extension Server {
     func setWriteInterest(_ id: Int, _ on: Bool) {
         guard let r = table.fanout.outboxes[id].registration else { return }
         do {
-            try selector.setInterest(r, readable: table.isOpen(id), writable: on)
+            // No reading while a hand-over flushes (HandOver.swift).
+            try selector.setInterest(r, readable: table.isOpen(id) && !handOver.pending, writable: on)
         } catch {
             table.close(id, error.description)
         }
