@@ -73,6 +73,10 @@ struct HandOverControl {
     var done = false
     /// Listeners the previous process stored (standalone unit), not yet adopted.
     var storedListeners: [(fd: Int32, name: String)] = []
+    /// Listener descriptors this process keeps in systemd's fd store.
+    var listenersInStore = 0
+    /// Descriptors one box holds here (`HandOverBox.measureCapacity`); 0: not measured.
+    var boxCapacity = 0
     /// The highest live box or log generation the previous process left.
     var previousLiveGeneration: UInt32 = 0
     /// How long storing may wait for PID 1 to take the descriptors, in ms:
@@ -154,6 +158,13 @@ extension Server {
             if liveBox != nil { r.key = UInt64(live!.slot(id).serial) }
             state.connections.append(r)
         }
+        let owed = state.connections.reduce(0) { $0 + $1.output.count }
+        if liveBox == nil, let live, UInt64(live.boxed + ids.count) + Self.reservedDescriptors > descriptorLimit {
+            // A box of its own beside the live ones would not fit in flight
+            // under RLIMIT_NOFILE: the live boxes go first (PID 1 lets go of
+            // them at the barrier; a crash now would lose the clients anyway).
+            releaseLiveBoxes()
+        }
         var boxes: [Int32] = []
         var stateFD: Int32 = -1
         do throws(SystemError) {
@@ -167,6 +178,16 @@ extension Server {
             boxes.forEach(Sys.close)
             Sys.close(stateFD)
         }
+        // Room in the store (FileDescriptorStoreMax=) for the state and any
+        // box of its own: the live log is of no use to a graceful restore.
+        if fdStoreRoom() < 1 + boxes.count, let live, live.logGeneration > 0 {
+            let name = "\(HandOverName.liveStatePrefix)\(live.logGeneration)"
+            systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
+            live.inStore[name] = nil
+        }
+        if fdStoreRoom() < 1 + boxes.count {
+            return handOverFailed("systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) has no room for \(1 + boxes.count) more descriptors")
+        }
         // The state first: a box that arrives without it is still served
         // (fresh state), the reverse would lose the clients.
         if let problem = storeBeforeExit([stateFD], name: HandOverName.state) { return handOverFailed("storing the state: " + problem) }
@@ -175,11 +196,36 @@ extension Server {
         handOver.done = true
         let ms = clock() - handOver.stoppedReadingMs
         logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) to systemd's fd store in \(ms) ms"
-                    + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms, \(f.owed) bytes still owed go with the state" } ?? "") + ")"
+                    + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms" + (owed > 0 ? ", \(owed) bytes still owed go with the state" : "") } ?? "") + ")"
                     + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
                     ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount)])
         systemd.notify("STATUS=Stopping: \(plural(ids.count, "client")) handed to systemd's fd store")
         return true
+    }
+
+    /// Removes the live boxes from the store and closes this process's ends,
+    /// and waits (at most `timeoutMs`) until PID 1 has let go of them: their
+    /// descriptors are no longer in flight.
+    private func releaseLiveBoxes() {
+        guard let live else { return }
+        var names = ["\(HandOverName.liveBoxPrefix)\(live.boxGeneration)"]
+        live.pendingStores.removeAll { p in
+            guard p.name.hasPrefix(HandOverName.liveBoxPrefix) else { return false }
+            p.fds.forEach(Sys.close)
+            if let old = p.thenRemove { names.append(old) }  // never sent: the older generation is still stored
+            return true
+        }
+        for name in Set(names) {
+            _ = sendWaiting("FDSTOREREMOVE=1\nFDNAME=\(name)", fds: [])
+            live.inStore[name] = nil
+        }
+        for box in live.fullBoxes + (live.box.map { [$0] } ?? []) {
+            Sys.close(box.writeEnd)
+            Sys.close(box.readEnd)
+        }
+        (live.fullBoxes, live.box, live.boxed, live.dead) = ([], nil, 0, 0)
+        _ = barrier(timeoutMs: handOver.timeoutMs)
+        logger.info("removed the live boxes from systemd's fd store before the hand-over: a second copy of every descriptor would not fit in flight under RLIMIT_NOFILE (\(descriptorLimit))")
     }
 
     /// The options `Socket.configureClient` sets from the config: the next
@@ -303,14 +349,20 @@ extension Server {
     func keepListenersInStore() {
         handOver.storedListeners.forEach { Sys.close($0.fd) }
         handOver.storedListeners = []
+        handOver.listenersInStore = 0
         guard canHandOver, systemd.listenFDs.isEmpty else { return }
         for dialect in [Dialect.ltb, .json] {
             let name = HandOverName.listener(dialect)
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)
-            if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
+            if !fds.isEmpty, fds.count > systemd.fdStoreMax - handOver.listenersInStore {
+                logger.warning("no room in systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) for the \(name) listener: the port closes during restarts",
+                               ["REASON": "fdstore_budget"])
+            } else if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
                 logger.warning("could not keep the \(name) listener in systemd's fd store (\(problem)): the port closes during restarts",
                                ["REASON": "handover_failed"])
+            } else if !fds.isEmpty {
+                handOver.listenersInStore += fds.count
             }
         }
     }

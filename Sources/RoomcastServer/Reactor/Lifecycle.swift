@@ -64,7 +64,10 @@ extension Server {
         }
         logger.level = config.log.level
         if config.log.statsIntervalMs != old.log.statsIntervalMs { status.setStatsInterval(config.log.statsIntervalMs, nowMs: now) }
-        if config.server.maxClients != old.server.maxClients { checkDescriptorLimit() }
+        if config.server.maxClients != old.server.maxClients {
+            checkDescriptorLimit()
+            checkHandOverBudget()
+        }
         logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])
         systemd.notify("READY=1\nSTATUS=" + status.statusLine(nowMs: now, figures))
     }

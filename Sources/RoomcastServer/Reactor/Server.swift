@@ -131,6 +131,7 @@ public final class Server {
         handOver.storedListeners = systemd.storedFDs.filter { HandOverName.isListener($0.name) }
         try openListeners()
         keepListenersInStore()
+        checkHandOverBudget()
         let restored = restoreHandedOver()
         startLiveStore()
         if signalFD >= 0 { _ = try selector.register(signalFD, .signal) }
