@@ -83,6 +83,36 @@ struct HandOverBudgetTests {
         (first + more).forEach { close($0.peer) }
     }
 
+    @Test("descriptors in flight stay under RLIMIT_NOFILE: a rebuild that would pass it is not tried (the stored box stays), logged once; new clients are boxed only while there is room")
+    func inFlightStaysUnderTheLimit() throws {
+        let clock = HandOverTests.ManualClock()
+        let a = try Node("max_clients = 5000\n", clock: clock)
+        // Room for 500 descriptors in flight beyond the margin.
+        a.server.descriptorLimit = UInt64(Server.inFlightMargin + 500)
+        let clients = (0..<400).map { _ in a.connect() }
+        try a.tick()
+        clients[..<100].forEach { close($0.peer) }
+        var logged = ""
+        for _ in 0..<20 {
+            clock.nowMs += 1
+            try a.tick()
+            logged += a.log
+        }
+        a.notify.update()
+        #expect(a.notify.store["livebox-1"] != nil && a.notify.store["livebox-2"] == nil,
+                "300 open + 400 boxed would pass the limit: the old box stays: \(a.notify.store.keys.sorted())")
+        let more = (0..<150).map { _ in a.connect() }
+        for _ in 0..<20 {
+            clock.nowMs += 1
+            try a.tick()
+            logged += a.log
+        }
+        #expect(a.server.live!.boxed == 500, "only up to the limit: \(a.server.live!.boxed) boxed")
+        let lines = logged.split(separator: "\n").filter { $0.contains("REASON=handover_failed") }
+        #expect(lines.count == 1 && lines[0].contains("over RLIMIT_NOFILE"), "once, with the reason: \(lines)")
+        (clients[100...] + more).forEach { close($0.peer) }
+    }
+
     @Test("the budget: descriptors in flight against RLIMIT_NOFILE, the store against FDSTORE, with the numbers")
     func budget() {
         let ok = HandOverBudget(maxClients: 6_000, descriptorLimit: 20_000, fdStoreMax: 16, listeners: 2)

@@ -226,8 +226,13 @@ extension Server {
         }
         if !live.toBox.isEmpty {
             var broken = live.box == nil
-            if let box = live.box {
-                let (n, error) = box.put(live.toBox[...])
+            let room = inFlightRoom()
+            if room < live.toBox.count, live.rebuildTrouble == nil {
+                liveBoxTrouble("RLIMIT_NOFILE (\(descriptorLimit)) allows no more descriptors in flight (\(live.boxed) in the live box)",
+                               live.boxed - live.dead + live.toBox.count, clock())
+            }
+            if let box = live.box, room > 0 {
+                let (n, error) = box.put(live.toBox.prefix(room))
                 live.boxed += n
                 live.toBox.removeFirst(n)
                 if let error {
@@ -236,7 +241,7 @@ extension Server {
                 }
             }
             // Full: one more box; broken: a new generation.
-            if !live.toBox.isEmpty { if broken { rebuildLiveBox() } else { addLiveBox() } }
+            if !live.toBox.isEmpty && inFlightRoom() > 0 { if broken { rebuildLiveBox() } else { addLiveBox() } }
         } else if live.box == nil || live.incomplete {
             rebuildLiveBox()  // an earlier rebuild failed (retried with backoff)
         }
@@ -244,7 +249,7 @@ extension Server {
         // new one with every open connection, in flight at once) would soon
         // no longer fit under RLIMIT_NOFILE (HandOverBudget).
         let open = live.boxed - live.dead
-        if live.dead >= LiveStore.deadBeforeRebuild && (live.dead > open || UInt64(live.boxed + open + 256) > descriptorLimit) { rebuildLiveBox() }
+        if live.dead >= LiveStore.deadBeforeRebuild && (live.dead > open || open + 256 > inFlightRoom()) { rebuildLiveBox() }
         if !live.pendingStores.isEmpty { sendLiveStores() }
     }
 
@@ -253,7 +258,7 @@ extension Server {
     private func addLiveBox() {
         guard let live, let current = live.box else { return }
         guard fdStoreRoom() >= 1, let box = try? HandOverBox.make(sendBuffer: live.boxSendBuffer) else { return rebuildLiveBox() }
-        let (n, _) = box.put(live.toBox[...])
+        let (n, _) = box.put(live.toBox.prefix(max(0, inFlightRoom())))
         guard n > 0 else {
             Sys.close(box.writeEnd)
             Sys.close(box.readEnd)
@@ -279,6 +284,11 @@ extension Server {
         let entries = table.ids.compactMap { id -> (key: UInt32, fd: Int32)? in
             let serial = live.slot(id).serial
             return serial == 0 ? nil : (serial, table.slots[id]!.fd)
+        }
+        // The old boxes stay in flight until the new ones are stored.
+        guard entries.count <= inFlightRoom() else {
+            return liveBoxTrouble("a rebuild would put \(live.boxed + entries.count) descriptors in flight, over RLIMIT_NOFILE (\(descriptorLimit)) less a margin of \(Self.inFlightMargin)",
+                                  entries.count, now)
         }
         let room = fdStoreRoom()
         guard room >= 1 else {
@@ -355,6 +365,19 @@ extension Server {
         live.rebuildTrouble = why
     }
 
+    /// Descriptors this process may still put in flight, in descriptors: the
+    /// kernel refuses every SCM_RIGHTS message, those to the notify socket
+    /// too, once the user's descriptors in flight exceed RLIMIT_NOFILE
+    /// (unix(7), ETOOMANYREFS); `inFlightMargin` keeps room for the stores.
+    func inFlightRoom() -> Int {
+        Int(clamping: descriptorLimit) - (live?.boxed ?? 0) - Self.inFlightMargin
+    }
+
+    /// What `inFlightRoom` keeps free, in descriptors: the kernel checks the
+    /// limit before a message, so one message may pass it by 253; and the
+    /// stores of a log, a box or the state.
+    static let inFlightMargin = 2 * Sys.maxDescriptorsPerMessage + 64
+
     /// How many more descriptors systemd's fd store takes (`$FDSTORE`, the
     /// unit's FileDescriptorStoreMax=, less what this process keeps there:
     /// listeners, live boxes and logs, stores not yet sent). PID 1 drops
@@ -416,6 +439,8 @@ extension Server {
             if outcome == .failed {
                 logger.error("systemd refused to store \(next.name): a crash would drop the clients", ["REASON": "handover_failed"])
                 live.inStore[next.name, default: 1] -= 1
+                // Not in the store: a hand-over must not name it.
+                if next.name.hasPrefix(HandOverName.liveBoxPrefix) { live.incomplete = true }
             } else if let old = next.thenRemove {
                 systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(old)")
                 live.inStore[old] = nil
