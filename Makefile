@@ -3,15 +3,20 @@
 #   make              release build (.build/release/roomcastd)
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
 #   make test         install missing Debian deps, build, run every test (the slow hostile
-#                     suites included), check the unit files
+#                     suites included), check the unit files, the man pages and the docs
+#   make check-docs   every relative link and anchor of README.md, BENCHMARKS.md and docs/*.md
+#                     resolves (docs/check-links.py), and README.md stays at most 250 lines
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
 #   make bench        benchmark roomcastd against a minimal C relay and Redis pub/sub (BENCHMARKS.md);
 #                     bench-relay, bench-plot, bench-profile
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
-#   make test-systemd boots a real systemd 252 in systemd-nspawn, installs roomcastd into it
-#                     and checks install, socket activation, status, journal, reload,
-#                     watchdog, stop, restarts that keep every client, and the units
+#   make deb          the Debian package roomcast_VERSION_ARCH.deb (packaging/deb/);
+#                     lint-deb runs lintian on it
+#   make test-systemd boots a real systemd 252 in systemd-nspawn, installs the .deb into it
+#                     with apt and checks install, socket activation, status, journal, reload,
+#                     watchdog, stop, restarts that keep every client, the units, apt remove
+#                     and purge, and that make install lays out the same files
 #                     (systemd/test-systemd.py); needs root
 #   make bench-restart 10,000 chatting clients across a restart and a SIGKILL in the same
 #                     container: the gap and PID 1's CPU (bench/restart.py); needs root
@@ -40,6 +45,12 @@ SWIFT      ?= swift
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
+# The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
+# must start with it). The package is named as dpkg-name(1) would name it.
+VERSION  := $(shell sed -n 's/^public let roomcastVersion = "\(.*\)"$$/\1/p' Sources/RoomcastCore/Version.swift)
+DEB_ARCH  = $(shell dpkg --print-architecture)
+DEB       = roomcast_$(VERSION)_$(DEB_ARCH).deb
+DEB_BUILD := .build/deb
 
 # The man pages: scdoc sources in man/, troff built into .build/man.
 MAN_PAGES := roomcastd.8 roomcastd.conf.5 roomcast.1
@@ -61,7 +72,7 @@ ASAN_BUILD   ?= .build-asan
 SOAK_SECONDS ?= 60
 SOAK_CLIENTS ?= 2000
 
-.PHONY: all build deps deps-systemd run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-config man static install uninstall clean
+.PHONY: all build deps deps-systemd deps-deb deb lint-deb run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-docs check-config man static install uninstall clean
 
 all: build
 
@@ -102,17 +113,26 @@ deps-systemd: deps
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_SYSTEMD); \
 	fi
 
+# make deb needs dpkg-shlibdeps and dpkg-gencontrol (dpkg-dev); make lint-deb installs lintian.
+deps-deb:
+	@if ! command -v dpkg-shlibdeps >/dev/null || ! command -v dpkg-gencontrol >/dev/null; then \
+	    echo "deps-deb: installing dpkg-dev"; \
+	    $(SUDO) apt-get update -q; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q dpkg-dev; \
+	fi
+
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
 # it before deps are in place.
 run: deps
 	$(SWIFT) build -c release
 	exec .build/release/roomcastd --config config/roomcastd.conf --listen 127.0.0.1:9898
 
-# The unit-file and man-page checks come first, so that the output closes on
+# The unit-file, man-page and docs checks come first, so that the output closes on
 # the test runner's summary.
 test: deps
 	systemd/check-units.sh
 	$(MAKE) --no-print-directory check-man
+	$(MAKE) --no-print-directory check-docs
 	$(SWIFT) build -c release
 	$(SWIFT) build --build-tests
 	ROOMCAST_SLOW_TESTS=1 $(SWIFT) test
@@ -137,9 +157,10 @@ soak:
 check-units:
 	systemd/check-units.sh
 
-# Under a real systemd 252 (root, as CI runs): the install goes into a staging folder that
-# the container mounts at /usr/local and /etc/roomcast; the Debian root is made once and
-# cached; systemd/sandbox boots it, runs the suite and tears everything down.
+# Under a real systemd 252 (root, as CI runs): the Debian root is made once and cached;
+# systemd/sandbox boots it, runs the suite and tears everything down. The suite installs
+# the .deb with apt and compares the make install tree staged beside it; bench-restart
+# runs the make install tree, which the container mounts at /usr/local and /etc/roomcast.
 SANDBOX = systemd/sandbox $(SYSTEMD_ROOT) \
 	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/usr/local:/usr/local \
 	    --bind=$(CURDIR)/$(SYSTEMD_STAGE)/etc/roomcast:/etc/roomcast
@@ -150,7 +171,9 @@ stage-systemd: deps-systemd
 	systemd/prepare-root $(SYSTEMD_ROOT)
 
 test-systemd: stage-systemd
-	$(SANDBOX) -- python3 systemd/test-systemd.py --stage $(CURDIR)/$(SYSTEMD_STAGE)
+	$(MAKE) --no-print-directory deb
+	systemd/sandbox $(SYSTEMD_ROOT) -- python3 systemd/test-systemd.py \
+	    --deb $(CURDIR)/$(DEB) --install-stage $(CURDIR)/$(SYSTEMD_STAGE)
 
 # Restarts that keep the clients: BENCH_RESTART_CLIENTS (default 10,000) chatting clients across a
 # `systemctl restart` and a SIGKILL under the same real systemd 252 (root):
@@ -180,10 +203,23 @@ check-man: man
 	if [ -n "$$out" ]; then echo "$$out" >&2; exit 1; fi; \
 	echo "check-man: mandoc -T lint and man --warnings: clean ($(MAN_PAGES))"
 
+# The documentation: the checker's self-test first (planted broken links must fail), then
+# every relative link and #anchor of the Markdown; README.md is the ten-minute read, the
+# detail lives in docs/ and the man pages.
+README_MAX_LINES := 250
+check-docs:
+	python3 docs/check-links.py --self-test >/dev/null
+	python3 docs/check-links.py
+	@lines=$$(wc -l < README.md); if [ "$$lines" -gt $(README_MAX_LINES) ]; then \
+	    echo "check-docs: README.md has $$lines lines, more than $(README_MAX_LINES): move the detail to docs/" >&2; exit 1; fi; \
+	echo "check-docs: README.md has $$lines lines (at most $(README_MAX_LINES))"
+
 # The installed binary carries the Swift runtime, so the unit needs nothing from the
 # toolchain. Its own build path keeps it from relinking the dynamic .build/release one.
+# -z now (with the linker's default RELRO): the GOT is read-only after start,
+# as Debian's hardening flags make it (https://wiki.debian.org/Hardening).
 static:
-	$(SWIFT) build -c release --static-swift-stdlib --build-path .build-static
+	$(SWIFT) build -c release --static-swift-stdlib --build-path .build-static -Xlinker -z -Xlinker now
 
 install: static man
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast" \
@@ -213,6 +249,26 @@ uninstall:
 	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5" \
 	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1"
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
+
+# The Debian package, built from `make install` into a staging tree with
+# Debian's paths (units in /lib/systemd/system, as Debian 12's packages ship
+# them), then packaged by packaging/deb/build with dpkg's own tools.
+deb: deps-deb
+	@[ -n "$(VERSION)" ] || { echo "deb: no roomcastVersion in Sources/RoomcastCore/Version.swift" >&2; exit 1; }
+	rm -rf $(DEB_BUILD)
+	$(MAKE) --no-print-directory install DESTDIR=$(CURDIR)/$(DEB_BUILD)/debian/roomcast \
+	    PREFIX=/usr SYSCONFDIR=/etc UNITDIR=/lib/systemd/system MANDIR=/usr/share/man
+	packaging/deb/build $(VERSION) $(DEB_BUILD) $(DEB)
+
+# Debian's checks on the package: any error or warning fails (the ones
+# explained away are in packaging/deb/lintian-overrides).
+lint-deb: deb
+	@if ! command -v lintian >/dev/null; then \
+	    echo "lint-deb: installing lintian"; \
+	    $(SUDO) apt-get update -q; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q lintian; \
+	fi
+	lintian --fail-on error,warning --info $(DEB)
 
 # Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
 # ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
@@ -245,6 +301,7 @@ fuzz:
 
 clean:
 	rm -rf .build .build-static .build-bench $(FUZZ_BUILD) $(ASAN_BUILD)
+	rm -f roomcast_*.deb
 
 # Benchmarks (BENCHMARKS.md). Their own build path, so they never relink the
 # .build/release binaries of `make` or a test run that is going on.

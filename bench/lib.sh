@@ -99,17 +99,19 @@ wait_listening() {
     return 1
 }
 
+# start_roomcastd [CONFIG]: the bench config unless another is given.
 start_roomcastd() {
     port_free "$ROOMCAST_PORT" || { log "port $ROOMCAST_PORT is busy (set ROOMCAST_PORT)"; return 1; }
-    taskset -c "$SERVER_CPU" "$BIN/roomcastd" --config "$CONF" --listen "127.0.0.1:$ROOMCAST_PORT" \
+    taskset -c "$SERVER_CPU" "$BIN/roomcastd" --config "${1:-$CONF}" --listen "127.0.0.1:$ROOMCAST_PORT" \
         >"$LOGDIR/roomcastd.log" 2>&1 &
     ROOMCAST_PID=$!
     wait_listening "$ROOMCAST_PORT" "$ROOMCAST_PID" roomcastd
 }
 
+# start_relay [--echo]: the C relay on RELAY_PORT.
 start_relay() {
     port_free "$RELAY_PORT" || { log "port $RELAY_PORT is busy (set RELAY_PORT)"; return 1; }
-    taskset -c "$SERVER_CPU" "$BENCH_BUILD/ltb-relay" "$RELAY_PORT" >"$LOGDIR/ltb-relay.log" 2>&1 &
+    taskset -c "$SERVER_CPU" "$BENCH_BUILD/ltb-relay" "$@" "$RELAY_PORT" >"$LOGDIR/ltb-relay.log" 2>&1 &
     RELAY_PID=$!
     wait_listening "$RELAY_PORT" "$RELAY_PID" ltb-relay
 }
@@ -129,8 +131,10 @@ ensure_redis() {
 
 start_redis() {
     port_free "$REDIS_PORT" || { log "port $REDIS_PORT is busy (set REDIS_PORT)"; return 1; }
-    # No persistence; no output limit for subscribers (roomcastd's bench config is
-    # as generous); maxclients fits 19,000 idle clients under a 20,000 fd limit.
+    # No persistence; no output limit for subscribers (as the C relay's 64 MiB,
+    # more generous than roomcastd's defaults in its bench config: a client
+    # only roomcastd cuts is roomcastd's failure); maxclients fits 19,000 idle
+    # clients under a 20,000 fd limit.
     taskset -c "$SERVER_CPU" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
         --daemonize no --client-output-buffer-limit 'pubsub 0 0 0' --maxclients 19900 --tcp-backlog 1024 \
         --loglevel warning >"$LOGDIR/redis.log" 2>&1 &

@@ -10,6 +10,11 @@
 #   bench/run.sh fanout large    only those (idle fanout pub10 large latency storm)
 #   BENCH_REPEAT=1 bench/run.sh  one repetition
 #   BENCH_QUICK=1 bench/run.sh   shorter runs and one repetition (unless BENCH_REPEAT says otherwise)
+#
+# roomcastd runs at its default output limits (the C relay and Redis are more
+# generous: bench/lib.sh), and `large` runs with echo: its publisher reads its own 16 KiB frames back as
+# they come while keeping 64 in flight, as the independent generator's does.
+# A client cut there fails the row's target (bench/table.py).
 source "$(dirname "$0")/lib.sh"
 
 WORKLOADS=("$@")
@@ -44,6 +49,20 @@ if ensure_redis; then SERVERS+=(redis); else log "redis-server not available: ro
 # only where the workload is one room, so that this is the same relay.
 relay_runs() { case $1 in fanout|pub10|large|latency) return 0 ;; *) return 1 ;; esac; }
 
+# `large` runs with echo on: roomcastd with a copy of the bench config that
+# says `echo = yes`, the C relay with --echo (everyone gets the whole batch),
+# the generator with --echo yes (Redis has no echo: its publishers do not
+# subscribe). So the publisher is also a reader of 16 KiB frames.
+ECHO_CONF=$LOGDIR/roomcastd-bench-echo.conf
+sed 's/^echo = no$/echo = yes/' "$CONF" >"$ECHO_CONF"
+echo_runs() { [ "$1" = large ]; }
+# servers_echo yes|no: roomcastd and the C relay restarted with echo on or off.
+servers_echo() {
+    stop_roomcastd
+    stop_relay
+    if [ "$1" = yes ]; then start_roomcastd "$ECHO_CONF"; start_relay --echo; else start_roomcastd; start_relay; fi
+}
+
 for rep in $(seq "$REPEAT"); do
     # Fresh servers for every repetition (the idle workload's RSS baseline).
     start_roomcastd
@@ -54,15 +73,18 @@ for rep in $(seq "$REPEAT"); do
     order=()
     for i in "${!SERVERS[@]}"; do order+=("${SERVERS[$(((i + rep - 1) % ${#SERVERS[@]}))]}"); done
     for w in "${WORKLOADS[@]}"; do
+        echo_runs "$w" && servers_echo yes
         for s in "${order[@]}"; do
             [ "$s" = relay ] && ! relay_runs "$w" && continue
             log "$w: $s (repetition $rep of $REPEAT)"
+            echo=(); echo_runs "$w" && [ "$s" != redis ] && echo=(--echo yes)
             case $w in
                 idle) bench_run "$s" --mode idle --label "rep-$rep" "${IDLE[@]}" >>"$OUT" ;;
                 storm) bench_run "$s" --mode storm --label "rep-$rep" >>"$OUT" ;;
-                *) bench_run "$s" --mode "$w" --label "rep-$rep" "${DUR[@]}" >>"$OUT" ;;
+                *) bench_run "$s" --mode "$w" --label "rep-$rep" "${DUR[@]}" "${echo[@]}" >>"$OUT" ;;
             esac
         done
+        echo_runs "$w" && servers_echo no
     done
     stop_roomcastd
     stop_relay

@@ -71,6 +71,11 @@ def paired_ratios(runs, other):
     return out
 
 
+# Counts that make a run a failure whatever its speed: a client the server cut,
+# a delivery lost or out of order (the maximum over repetitions, not the median).
+FAILURES = ("closed_by_server", "loss", "order_errors")
+
+
 def median_run(reps):
     """One run whose numbers are the medians over repetitions (n = len(reps))."""
     if len(reps) == 1:
@@ -78,7 +83,9 @@ def median_run(reps):
         return reps[0]
     out = dict(reps[-1])
     for key, value in reps[0].items():
-        if number(value):
+        if key in FAILURES:
+            out[key] = max(r.get(key) or 0 for r in reps)  # one repetition's failure is the run's
+        elif number(value):
             out[key] = median([r[key] for r in reps if number(r.get(key))])
         elif isinstance(value, bool):
             out[key] = all(r.get(key) for r in reps) if key.endswith("complete") else any(r.get(key) for r in reps)
@@ -188,7 +195,12 @@ def rows(runs, ratios):
             if which is None and vals[0] is None:
                 missing = True
             texts.append(text)
-            verdicts.append("-" if missing else ("met" if check(rr, rd, vals[0]) else "NOT met"))
+            # roomcastd cutting a client or losing a frame fails the workload's
+            # targets, however fast it was (the cut client's frames are not owed any more).
+            failed = [f"{d[k]:,.0f} {k.replace('_', ' ')}" for k in FAILURES
+                      for d in [runs.get((mode, "roomcast"), {})] if d.get(k)]
+            verdicts.append("-" if missing else (f"NOT met ({', '.join(failed)})" if failed
+                                                 else "met" if check(rr, rd, vals[0]) else "NOT met"))
         u = f" ({unit})" if unit else ""
         ratio = lambda r: f"{r:.2f}x" if r is not None else "-"
         name = WORKLOAD_NAMES.get(mode, mode)

@@ -2,14 +2,20 @@
 """roomcastd under a real systemd 252: the life cycle an operator sees.
 
 Run by `make test-systemd` through systemd/sandbox, which boots systemd as
-PID 1 of a container (SANDBOX_PID1) whose /usr/local and /etc/roomcast are the
-`make install DESTDIR=STAGE` tree. Every systemctl/journalctl call runs inside
-the container (nsenter); every client is a real TCP socket from the host over
-loopback (the container shares the host's network).
+PID 1 of a container (SANDBOX_PID1) on a pristine Debian 12 root. The suite
+installs the Debian package into it with `apt install ./roomcast_...deb`, as
+an operator does, and ends with `apt remove` and `apt purge`; the files it
+edits (the config, the binary for the upgrade) it reaches from the host
+through /proc/PID1/root. `make install` is checked beside it: its tree
+(--install-stage) must hold the package's files under /usr/local. Every
+systemctl/journalctl call runs inside the container (nsenter); every client
+is a real TCP socket from the host over loopback (the container shares the
+host's network).
 
 What the suite changes in the container, and why:
 - roomcastd.socket.d/test.conf: a free loopback port instead of 9898, which
-  another program on this machine may hold;
+  another program on this machine may hold (written before the install, so
+  that the package's postinst starts the socket on it);
 - roomcastd.service.d/test.conf: WatchdogSec=2s instead of 10s, so that the
   watchdog test takes seconds. Everything else is the installed unit.
 
@@ -34,6 +40,16 @@ from chatpool import ChatPool, field, pid_cpu_seconds, user_info
 PID1 = os.environ.get("SANDBOX_PID1")
 UNIT = "roomcastd.service"
 CONF = "/etc/roomcast/roomcastd.conf"
+# Where the package puts the binaries (relative to the container's root).
+BINDIR = "usr/bin"
+UNITS = ("roomcastd.service", "roomcastd-standalone.service", "roomcastd.socket", "roomcastd-json.socket")
+# The package's files that make install lays out too, as (package path, make install path
+# under PREFIX=/usr/local); the package adds only /usr/share/doc/roomcast.
+PACKAGE_FILES = ([(f"usr/bin/{b}", f"usr/local/bin/{b}") for b in ("roomcastd", "roomcast")]
+                 + [(f"lib/systemd/system/{u}", f"usr/local/lib/systemd/system/{u}") for u in UNITS]
+                 + [(f"usr/share/man/{m}.gz", f"usr/local/share/man/{m}")
+                    for m in ("man8/roomcastd.8", "man5/roomcastd.conf.5", "man1/roomcast.1")]
+                 + [("etc/roomcast/roomcastd.conf", "etc/roomcast/roomcastd.conf")])
 WATCHDOG_SEC = 2
 # From the installed unit.
 RESTART_SEC = 0.1
@@ -200,31 +216,89 @@ class State:
     clients = {}
 
 
-def test_install(t, stage):
-    for path in ["usr/local/bin/roomcastd", "usr/local/lib/systemd/system/roomcastd.service",
-                 "usr/local/lib/systemd/system/roomcastd-standalone.service",
-                 "usr/local/lib/systemd/system/roomcastd.socket", "usr/local/lib/systemd/system/roomcastd-json.socket",
-                 "usr/local/share/man/man1/roomcast.1", "usr/local/bin/roomcast",
-                 "usr/local/share/man/man8/roomcastd.8", "usr/local/share/man/man5/roomcastd.conf.5",
-                 "etc/roomcast/roomcastd.conf"]:
-        t.check(f"make install put /{path} in the container", run("test", "-f", "/" + path, check=False).returncode == 0)
+def write_test_dropins():
+    """The suite's drop-ins (see the module's comment); State.port is the socket's port."""
+    State.port = State.port or free_port()
+    write_file("/etc/systemd/system/roomcastd.socket.d/test.conf",
+               f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{State.port}\n")
+    write_file("/etc/systemd/system/roomcastd.service.d/test.conf", f"[Service]\nWatchdogSec={WATCHDOG_SEC}s\n")
+
+
+def apt(*argv, timeout=180):
+    """apt inside the container, non-interactive; returns the CompletedProcess."""
+    return run("env", "DEBIAN_FRONTEND=noninteractive", "apt", "-y", *argv, check=False, timeout=timeout)
+
+
+def package_status():
+    p = run("dpkg-query", "-W", "-f", "${Status}", "roomcast", check=False)
+    return p.stdout.strip() if p.returncode == 0 else "not known to dpkg"
+
+
+def test_install(t, stage, deb):
+    """apt install ./roomcast_VERSION_ARCH.deb: the dependencies are in the root already, the
+    files are in Debian's places, the postinst enabled and started roomcastd.socket."""
+    name = os.path.basename(deb)
+    shutil.copy(deb, os.path.join(stage, "tmp", name))
+    write_test_dropins()
+    p = run("sh", "-c", f'cd /tmp && DEBIAN_FRONTEND=noninteractive apt install -y "./{name}"', check=False, timeout=180)
+    for line in p.stdout.splitlines():
+        if line.startswith(("Get:", "Setting up", "Unpacking", "The following NEW")):
+            print(f"        | {line}")
+    t.check(f"apt install ./{name}", p.returncode == 0, p.stderr.strip() or p.stdout[-400:])
+    fetched = [l for l in p.stdout.splitlines() if l.startswith("Get:") and f"/tmp/{name}" not in l]
+    t.check("every dependency was in the root: apt fetched nothing from the network", fetched == [], str(fetched))
+    t.check("dpkg: install ok installed", package_status() == "install ok installed", package_status())
+    for path, _ in PACKAGE_FILES:
+        t.check(f"the package put /{path} in the container", run("test", "-f", "/" + path, check=False).returncode == 0)
+    conffiles = run("dpkg-query", "-W", "-f", "${Conffiles}", "roomcast", check=False).stdout.split()
+    t.check(f"{CONF} is a conffile", CONF in conffiles, str(conffiles))
     # The container has no Swift toolchain: the binary runs on its own.
-    v = run("/usr/local/bin/roomcastd", "--version", check=False)
+    v = run(f"/{BINDIR}/roomcastd", "--version", check=False)
     t.check("the installed binary runs without a Swift toolchain", v.returncode == 0 and v.stdout.startswith("roomcastd "),
             v.stderr.strip())
-    c = run("/usr/local/bin/roomcastd", "--check-config", "--config", CONF, check=False)
+    c = run(f"/{BINDIR}/roomcastd", "--check-config", "--config", CONF, check=False)
     t.check("the installed config is valid", c.returncode == 0, c.stderr.strip())
-    t.check("systemd sees the installed units",
-            show(UNIT, "LoadState")["LoadState"] == "loaded"
-            and show("roomcastd.socket", "LoadState")["LoadState"] == "loaded")
+    t.check("systemd sees the installed units in /lib/systemd/system",
+            all(show(u, "LoadState", "FragmentPath") == {"LoadState": "loaded", "FragmentPath": f"/lib/systemd/system/{u}"}
+                for u in UNITS), str([show(u, "FragmentPath") for u in UNITS]))
+    enabled = {u: run("systemctl", "is-enabled", u, check=False).stdout.strip() for u in UNITS}
+    t.check("the postinst enabled roomcastd.socket (deb-systemd-helper) and nothing else",
+            enabled == {"roomcastd.service": "indirect", "roomcastd-standalone.service": "disabled",
+                        "roomcastd.socket": "enabled", "roomcastd-json.socket": "disabled"}, str(enabled))
+    s = show("roomcastd.socket", "ActiveState", "SubState", "Listen")
+    t.check(f"the postinst started it (deb-systemd-invoke): listening on 127.0.0.1:{State.port}",
+            s == {"ActiveState": "active", "SubState": "listening", "Listen": f"127.0.0.1:{State.port} (Stream)"}, str(s))
+    print(f"        roomcastd.socket: {s}, roomcastd.service: {show(UNIT, 'ActiveState')['ActiveState']}")
+
+
+def test_make_install(t, stage, install_stage):
+    """make install DESTDIR=... PREFIX=/usr/local: the package's files, under /usr/local."""
+    missing = [i for _, i in PACKAGE_FILES if not os.path.isfile(os.path.join(install_stage, i))]
+    t.check("make install laid out every file the package holds", missing == [], str(missing))
+    extra = []
+    for dirpath, _, files in os.walk(install_stage):
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), install_stage)
+            if rel not in [i for _, i in PACKAGE_FILES]:
+                extra.append(rel)
+    t.check("and nothing the package does not hold", extra == [], str(extra))
+    if missing:
+        return
+    differ = []
+    for pkg, inst in PACKAGE_FILES:
+        if pkg.startswith("lib/systemd/") or pkg.startswith("etc/"):
+            with open(os.path.join(stage, pkg)) as a, open(os.path.join(install_stage, inst)) as b:
+                if a.read() != b.read().replace("/usr/local/bin", "/usr/bin"):
+                    differ.append(inst)
+    t.check("its units and config equal the package's but for BINDIR (/usr/local/bin)", differ == [], str(differ))
+    v = subprocess.run([os.path.join(install_stage, "usr/local/bin/roomcastd"), "--version"], capture_output=True, text=True)
+    w = run(f"/{BINDIR}/roomcastd", "--version", check=False)
+    t.check("its roomcastd is the package's version", v.returncode == 0 and v.stdout == w.stdout, f"{v.stdout!r} vs {w.stdout!r}")
 
 
 def test_socket_activation(t):
     """Item 1: enable --now roomcastd.socket; the first client starts the service and is served."""
-    State.port = free_port()
-    write_file("/etc/systemd/system/roomcastd.socket.d/test.conf",
-               f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{State.port}\n")
-    write_file("/etc/systemd/system/roomcastd.service.d/test.conf", f"[Service]\nWatchdogSec={WATCHDOG_SEC}s\n")
+    write_test_dropins()
     run("systemctl", "daemon-reload")
     p = run("systemctl", "enable", "--now", "roomcastd.socket", check=False)
     t.check("systemctl enable --now roomcastd.socket", p.returncode == 0, p.stderr.strip())
@@ -474,6 +548,9 @@ def test_stop(t, stage):
     worker = threading.Thread(target=read_slowly)
     worker.start()
     stopping = eventually(lambda: show(UNIT, "ActiveState")["ActiveState"] == "deactivating", timeout=3, interval=0.05)
+    # The unit is deactivating from the ExecStop= hook on, a moment before the daemon
+    # gets its SIGTERM: wait for the daemon's own STOPPING=1 status.
+    eventually(lambda: status_text().startswith("Stopping:"), timeout=3, interval=0.05)
     text = status_text()
     t.check("the unit is deactivating while the daemon, still alive, flushes", stopping,
             str(show(UNIT, "ActiveState", "SubState")))
@@ -736,11 +813,11 @@ def test_handover(t, stage):
             print(f"        | {m}")
 
         # 4. An upgrade: a new binary file is installed, then restart.
-        binary = os.path.join(stage, "usr/local/bin/roomcastd")
+        binary = os.path.join(stage, BINDIR, "roomcastd")
         old_inode = os.stat(binary).st_ino
         shutil.copy2(binary, binary + ".new")
         os.replace(binary + ".new", binary)
-        t.check("upgrade: the binary is a new file (as make install leaves it)", os.stat(binary).st_ino != old_inode)
+        t.check("upgrade: the binary is a new file (as dpkg and make install leave it)", os.stat(binary).st_ino != old_inode)
         pool.split_next(pool.members[25::100])
         event(t, pool, "upgrade", ["systemctl", "restart", UNIT])
         pool.complete_split()
@@ -900,14 +977,85 @@ def test_standalone(t, stage):
     b.close()
 
 
+def test_package_upgrade_remove_purge(t, stage, deb):
+    """The package's upgrade, remove and purge: `apt install --reinstall` restarts a
+    running daemon on the new binary with its clients kept (the postinst's try-restart);
+    `apt remove` stops the sockets and the daemon and keeps the conffile; `apt purge`
+    leaves nothing: no config, units, enablement links or deb-systemd-helper state."""
+    name = os.path.basename(deb)
+    write_config(stage, "")
+    run("systemctl", "start", "roomcastd.socket")  # the standalone test stopped it (Conflicts=)
+    pool = ChatPool(State.port, clients=100, rooms=5, rate=1.0)
+    try:
+        pool.connect()
+        pool.join()
+        pool.start_chat()
+        pid = show(UNIT, "MainPID")["MainPID"]
+        p, t0, t1 = during(pool, ["sh", "-c", f'cd /tmp && DEBIAN_FRONTEND=noninteractive apt install -y --reinstall "./{name}"'],
+                           after=2.0)
+        pool.drain()
+        eof, rst = pool.closed()
+        after = show(UNIT, "MainPID", "ActiveState")
+        t.check(f"apt install --reinstall ./{name} (an upgrade to dpkg: prerm upgrade, postinst configure OLD)",
+                p.returncode == 0, p.stderr.strip() or p.stdout[-400:])
+        t.check(f"the postinst restarted the running daemon (PID {pid} -> {after['MainPID']})",
+                after["MainPID"] not in (pid, "0") and after["ActiveState"] == "active", str(after))
+        exe = run("stat", "-L", "-c", "%i", f"/proc/{after['MainPID']}/exe", check=False).stdout.strip()
+        t.check("the new process runs the file dpkg unpacked", exe == str(os.stat(os.path.join(stage, BINDIR, "roomcastd")).st_ino))
+        t.check(f"and 100 chatting clients kept: {eof} EOF, {rst} RST, {pool.lost()} lost, {pool.duplicates} duplicated",
+                eof == rst == pool.lost() == pool.duplicates == pool.skipped == 0)
+        _, p99, worst, _ = pool.window(t0 - 0.5, t1 + 1.0)
+        print(f"        package upgrade: apt took {(t1 - t0) * 1000:.0f} ms, relay latency around it p99 {p99:.1f} ms, max {worst:.1f} ms")
+    finally:
+        pool.close()
+
+    # An enablement the operator made: purge must remove it too.
+    run("systemctl", "enable", "roomcastd-json.socket")
+    # The suite's own drop-ins are the operator's files, not the package's: dpkg leaves them.
+    run("rm", "-rf", *[f"/etc/systemd/system/{u}.d" for u in UNITS])
+    run("systemctl", "daemon-reload")
+
+    p = apt("remove", "roomcast")
+    t.check("apt remove roomcast", p.returncode == 0, p.stderr.strip() or p.stdout[-400:])
+    active = {u: show(u, "ActiveState")["ActiveState"] for u in UNITS}
+    t.check("the prerm stopped the sockets and the daemon", set(active.values()) == {"inactive"}, str(active))
+    left = run("pgrep", "-x", "roomcastd", check=False).stdout.split()
+    t.check("no roomcastd process is left", left == [], str(left))
+    try:
+        socket.create_connection(("127.0.0.1", State.port), timeout=2).close()
+        refused = False
+    except OSError:
+        refused = True
+    t.check(f"nothing listens on 127.0.0.1:{State.port} any more", refused)
+    gone = [path for path, _ in PACKAGE_FILES if not path.startswith("etc/") and os.path.lexists(os.path.join(stage, path))]
+    t.check("the binaries, units and man pages are gone", gone == [], str(gone))
+    t.check(f"the conffile {CONF} is kept until purge",
+            os.path.isfile(os.path.join(stage, CONF.lstrip("/"))) and package_status() == "deinstall ok config-files",
+            package_status())
+
+    p = apt("purge", "roomcast")
+    t.check("apt purge roomcast", p.returncode == 0, p.stderr.strip() or p.stdout[-400:])
+    t.check("dpkg no longer knows the package", package_status() == "not known to dpkg", package_status())
+    t.check("no /etc/roomcast", not os.path.lexists(os.path.join(stage, "etc/roomcast")))
+    found = run("find", "/etc", "/lib", "/usr", "/var", "-xdev", "-name", "*roomcast*", check=False).stdout.split()
+    t.check("nothing named roomcast under /etc, /lib, /usr, /var (units, enablement links, "
+            "deb-systemd-helper state, dpkg's records)", found == [], str(found))
+    loaded = {u: show(u, "LoadState")["LoadState"] for u in UNITS}
+    t.check("systemd knows none of the units any more", set(loaded.values()) == {"not-found"}, str(loaded))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--stage", required=True, help="the make install DESTDIR the container mounts")
+    ap.add_argument("--deb", required=True, help="the package (host path) to apt install in the container")
+    ap.add_argument("--install-stage", required=True, help="a make install DESTDIR tree (PREFIX=/usr/local) to compare")
+    ap.add_argument("--stage", help="the container's root as the host sees it (default: /proc/PID1/root)")
     args = ap.parse_args()
     if not PID1:
         sys.exit("test-systemd.py: run me through systemd/sandbox (SANDBOX_PID1 is not set)")
+    args.stage = args.stage or f"/proc/{PID1}/root"
     t = Suite()
-    t.section("install (make install DESTDIR=stage, mounted at /usr/local and /etc/roomcast)", test_install, args.stage)
+    t.section(f"install: apt install ./{os.path.basename(args.deb)}", test_install, args.stage, args.deb)
+    t.section("make install: the package's files under /usr/local", test_make_install, args.stage, args.install_stage)
     t.section("1. socket activation", test_socket_activation)
     if State.port:
         t.section("2. status and StatusText", test_status)
@@ -921,6 +1069,7 @@ def main():
         t.section("LimitNOFILE= lowered: the budget does not hold", test_budget)
     t.section("7. systemd-analyze verify and security", test_verify)
     t.section("self-binding roomcastd-standalone.service", test_standalone, args.stage)
+    t.section("the package: upgrade, apt remove, apt purge", test_package_upgrade_remove_purge, args.stage, args.deb)
     sys.exit(t.summary())
 
 

@@ -30,3 +30,9 @@ int cshim_read_signal(int sfd) {
         return -1;
     }
 }
+
+#include <sys/random.h>
+
+ssize_t cshim_getrandom_nonblocking(void *buf, size_t len) {
+    return getrandom(buf, len, GRND_NONBLOCK);
+}

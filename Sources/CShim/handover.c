@@ -76,3 +76,11 @@ ssize_t cshim_recv_fds(int sock, void *data, size_t len, int *fds, int maxfds, i
     if (msg.msg_flags & MSG_CTRUNC) *truncated = 1;
     return n;
 }
+
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+
+int cshim_unsent_bytes(int fd) {
+    int n = 0;
+    return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
+}

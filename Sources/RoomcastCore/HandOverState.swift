@@ -1,5 +1,5 @@
 /// What one roomcastd process hands to the next across a restart or an
-/// upgrade (README.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
+/// upgrade (docs/operations.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
 /// output paths, the heartbeat wheels and the rate limits keep about it.
 /// The descriptors themselves travel in a box (an AF_UNIX socketpair, see
 /// RoomcastServer's `HandOverBox`); each is matched to its record by `key`.
@@ -87,6 +87,14 @@ public struct HandOverState: Equatable, Sendable {
         /// The peer had sent EOF: it has left its room and only its owed
         /// output is still being flushed.
         public var draining = false
+        /// Bytes at the head of `output` that finish a frame the peer got
+        /// only part of (0: `output` starts with a whole frame). Absent
+        /// before this field was added: 0.
+        public var tornBytes: UInt64 = 0
+        /// How long the owed output had been above `output_soft_bytes`, in
+        /// ms (docs/protocol.md §6: the slow-consumer clock goes on across a
+        /// restart); nil: not above.
+        public var softLimitElapsedMs: UInt32? = nil
 
         public init(key: UInt64) { self.key = key }
     }
@@ -115,6 +123,10 @@ public struct HandOverState: Equatable, Sendable {
     enum FieldTag: UInt16 {
         case key = 1, dialect, peerAddress, room, identity, nickname, input, output
         case heartbeatRemainingMs, partialFrameRemainingMs, violations, frameMilliTokens, byteMilliTokens, draining
+        case tornBytes = 15, softLimitElapsedMs = 16
+
+        /// More than the number of fields (tags need not be dense).
+        static let allCount = 32
     }
 
     /// Why a state could not be read; `reason` is the log's `REASON=` code.
@@ -140,6 +152,18 @@ public struct HandOverState: Equatable, Sendable {
     }
 
     // MARK: - Encoding
+
+    /// At least the bytes `encode` writes for one connection with fields of
+    /// these sizes (in bytes), so that a writer can keep a state under what
+    /// its reader accepts before it encodes anything.
+    public static func recordBytesBound(address: Int, room: Int, identity: Int, nickname: Int, input: Int, output: Int) -> Int {
+        // 6 per record header, 8 per integer, every field present.
+        6 + FieldTag.allCount * 14 + address + room + identity + nickname + input + output
+    }
+
+    /// At least the bytes of the header and the globals, with `writer`
+    /// bytes of text in them (version, box name, socket options).
+    public static func globalsBytesBound(writer: Int) -> Int { headerSize + 6 + 16 * 14 + writer }
 
     /// The bytes of this state in the current version. O(total size): one
     /// buffer, records written in place and their lengths patched after.
@@ -173,6 +197,8 @@ public struct HandOverState: Equatable, Sendable {
                 if let t = c.frameMilliTokens { w.u64(FieldTag.frameMilliTokens.rawValue, UInt64(bitPattern: t)) }
                 if let t = c.byteMilliTokens { w.u64(FieldTag.byteMilliTokens.rawValue, UInt64(bitPattern: t)) }
                 if c.draining { w.u8(FieldTag.draining.rawValue, 1) }
+                if c.tornBytes > 0 { w.u64(FieldTag.tornBytes.rawValue, c.tornBytes) }
+                if let ms = c.softLimitElapsedMs { w.u32(FieldTag.softLimitElapsedMs.rawValue, ms) }
             }
         }
         let payloadBytes = w.bytes.count - Self.headerSize
@@ -267,10 +293,13 @@ public struct HandOverState: Equatable, Sendable {
             case .frameMilliTokens: r.frameMilliTokens = Int64(bitPattern: try Reader.u64(v, "frame tokens"))
             case .byteMilliTokens: r.byteMilliTokens = Int64(bitPattern: try Reader.u64(v, "byte tokens"))
             case .draining: r.draining = try Reader.u8(v, "draining") != 0
+            case .tornBytes: r.tornBytes = try Reader.u64(v, "torn bytes")
+            case .softLimitElapsedMs: r.softLimitElapsedMs = try Reader.u32(v, "time over output_soft_bytes")
             case nil: break
             }
         }
         guard let key else { throw .damaged("a connection record without its key") }
+        guard r.tornBytes <= UInt64(r.output.count) else { throw .damaged("\(r.tornBytes) torn bytes in \(r.output.count) bytes of owed output") }
         r.key = key
         return r
     }

@@ -1,4 +1,4 @@
-/// The crash-path state (README.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
+/// The crash-path state (docs/operations.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
 /// not lose, written into a memfd in systemd's fd store as things happen,
 /// so that the process restarted after a SIGKILL, a watchdog abort or a trap
 /// puts every client back in its room. Its connections' descriptors are in
@@ -11,11 +11,17 @@
 /// else). Owed whole frames, violations and rate limits live only in
 /// memory and are lost in a crash (a restart carries them, `HandOverState`).
 ///
+/// A partial input frame is logged as it grows: each read appends only its
+/// new bytes (`inputAppend`), and a read that completes a frame replaces
+/// it with what is left (`input`), so a frame trickled in n pieces costs
+/// O(n) log bytes, not O(n²).
+///
 /// ## The format (little-endian)
 ///
 ///     header   magic "RCLV" (4) | version u16 | 0 u16 | generation u32
 ///              | 0 u32 | committed bytes u64 | 0 u64            (32 bytes)
-///     records  length u32 (of what follows) | kind u8 | serial u32 | payload
+///     records  length u32 (of what follows) | kind u8 | serial | payload
+///              serial: u64 in version 2, u32 in version 1 (still read)
 ///
 /// `committed` counts the record bytes after the header that are complete:
 /// the writer copies a record first and moves `committed` after it, so a
@@ -24,7 +30,10 @@
 /// kind never changes within a version.
 public enum LiveLog {
     public static let magic: [UInt8] = Array("RCLV".utf8)
-    public static let version: UInt16 = 1
+    /// The version the writer writes: 2 has 64-bit serials (a 32-bit serial
+    /// wraps after 2^32 accepts and could name two live connections) and
+    /// `inputAppend`, which a version 1 reader would skip, splicing frames.
+    public static let version: UInt16 = 2
     public static let headerSize = 32
     /// Offset of the `committed` word in the header.
     public static let committedOffset = 16
@@ -37,6 +46,8 @@ public enum LiveLog {
         case room = 2
         /// Its partial input frame now (empty: none): length u32 | bytes.
         case input = 3
+        /// Bytes that extend its partial input frame: length u32 | bytes.
+        case inputAppend = 6
         /// The rest of a frame the kernel took part of (empty: none): length u32 | bytes.
         case torn = 4
         /// It is gone (its descriptor may still be in the box: close it).
@@ -68,7 +79,7 @@ public enum LiveLog {
 
     // MARK: - Records
 
-    public static func open(_ serial: UInt32, dialect: HandOverState.Dialect, address: String) -> [UInt8] {
+    public static func open(_ serial: UInt64, dialect: HandOverState.Dialect, address: String) -> [UInt8] {
         let a = Array(address.utf8.prefix(Int(UInt16.max)))
         var payload: [UInt8] = [dialect.rawValue]
         put(&payload, UInt16(a.count))
@@ -76,7 +87,7 @@ public enum LiveLog {
         return record(.open, serial, payload)
     }
 
-    public static func room(_ serial: UInt32, room: RoomName?, identity: [UInt8]?) -> [UInt8] {
+    public static func room(_ serial: UInt64, room: RoomName?, identity: [UInt8]?) -> [UInt8] {
         let r = room?.bytes ?? []
         let i = identity ?? []
         var payload: [UInt8] = [(room != nil ? 1 : 0) | (identity != nil ? 2 : 0)]
@@ -87,13 +98,15 @@ public enum LiveLog {
         return record(.room, serial, payload)
     }
 
-    public static func input(_ serial: UInt32, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.input, serial, bytes) }
+    public static func input(_ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.input, serial, bytes) }
 
-    public static func torn(_ serial: UInt32, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.torn, serial, bytes) }
+    public static func inputAppend(_ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.inputAppend, serial, bytes) }
 
-    public static func close(_ serial: UInt32) -> [UInt8] { record(.close, serial, []) }
+    public static func torn(_ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.torn, serial, bytes) }
 
-    private static func bytesRecord(_ kind: Kind, _ serial: UInt32, _ bytes: some Collection<UInt8>) -> [UInt8] {
+    public static func close(_ serial: UInt64) -> [UInt8] { record(.close, serial, []) }
+
+    private static func bytesRecord(_ kind: Kind, _ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] {
         var payload: [UInt8] = []
         payload.reserveCapacity(4 + bytes.count)
         put(&payload, UInt32(bytes.count))
@@ -101,10 +114,10 @@ public enum LiveLog {
         return record(kind, serial, payload)
     }
 
-    private static func record(_ kind: Kind, _ serial: UInt32, _ payload: [UInt8]) -> [UInt8] {
+    private static func record(_ kind: Kind, _ serial: UInt64, _ payload: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(9 + payload.count)
-        put(&out, UInt32(5 + payload.count))
+        out.reserveCapacity(13 + payload.count)
+        put(&out, UInt32(9 + payload.count))
         out.append(kind.rawValue)
         put(&out, serial)
         return out + payload
@@ -118,10 +131,11 @@ public enum LiveLog {
         return get(bytes, 8, UInt32.self)
     }
 
-    /// The connections alive at the end of the committed records, by serial.
+    /// The connections alive at the end of the committed records, by serial
+    /// (version 1's 32-bit serials widened).
     /// - Throws: `HandOverState.DecodeError`: not a live log, a newer
     ///   version, or a record cut short inside the committed part.
-    public static func replay(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError) -> [UInt32: Connection] {
+    public static func replay(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError) -> [UInt64: Connection] {
         guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(magic) else { throw .damaged("not a live log") }
         let v = get(bytes, 4, UInt16.self)
         guard v >= 1 else { throw .damaged("live log version 0") }
@@ -129,15 +143,16 @@ public enum LiveLog {
         let committed = get(bytes, committedOffset, UInt64.self)
         guard committed <= UInt64(bytes.count - headerSize) else { throw .damaged("\(committed) bytes committed in a \(bytes.count)-byte log") }
         let end = headerSize + Int(committed)
-        var live: [UInt32: Connection] = [:]
+        let serialBytes = v == 1 ? 4 : 8
+        var live: [UInt64: Connection] = [:]
         var offset = headerSize
         while offset < end {
-            guard end - offset >= 9 else { throw .damaged("a record header cut off at \(offset)") }
+            guard end - offset >= 5 + serialBytes else { throw .damaged("a record header cut off at \(offset)") }
             let length = Int(get(bytes, offset, UInt32.self))
-            guard length >= 5, length <= end - offset - 4 else { throw .damaged("a record of \(length) bytes at \(offset)") }
+            guard length >= 1 + serialBytes, length <= end - offset - 4 else { throw .damaged("a record of \(length) bytes at \(offset)") }
             let kind = bytes[offset + 4]
-            let serial = get(bytes, offset + 5, UInt32.self)
-            var p = Payload(bytes, start: offset + 9, end: offset + 4 + length)
+            let serial = v == 1 ? UInt64(get(bytes, offset + 5, UInt32.self)) : get(bytes, offset + 5, UInt64.self)
+            var p = Payload(bytes, start: offset + 5 + serialBytes, end: offset + 4 + length)
             switch Kind(rawValue: kind) {
             case .open:
                 var c = Connection()
@@ -153,6 +168,9 @@ public enum LiveLog {
                 live[serial]?.identity = flags & 2 != 0 ? Array(identity) : nil
             case .input:
                 live[serial]?.input = Array(try p.bytes(Int(try p.u32())))
+            case .inputAppend:
+                let more = try p.bytes(Int(try p.u32()))
+                live[serial]?.input.append(contentsOf: more)
             case .torn:
                 live[serial]?.torn = Array(try p.bytes(Int(try p.u32())))
             case .close:

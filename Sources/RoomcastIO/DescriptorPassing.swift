@@ -92,4 +92,28 @@ extension Sys {
     package static func shutdownBoth(_ fd: Int32) {
         _ = Glibc.shutdown(fd, Int32(SHUT_RDWR))
     }
+
+    /// After `shutdownBoth`: reads and drops what the socket had received
+    /// and nobody read, into `buffer`, at most `limit` bytes. The memory of
+    /// a receive queue goes back to the kernel only when the last copy of
+    /// the socket closes; a copy parked elsewhere (a box) would keep it.
+    /// TCP answers data arriving after shutdown(SHUT_RD) with a reset
+    /// (Linux `tcp_rcv_state_process`), so the queue does not refill.
+    /// - Returns: the bytes dropped.
+    package static func discardInput(_ fd: Int32, buffer: UnsafeMutableRawBufferPointer, limit: Int) -> Int {
+        var dropped = 0
+        while dropped < limit {
+            let n = recv(fd, buffer.baseAddress, min(buffer.count, limit - dropped), Int32(MSG_DONTWAIT))
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            dropped += n
+        }
+        return dropped
+    }
+
+    /// The bytes of a socket's send queue the peer has not acknowledged
+    /// (SIOCOUTQ, tcp(7)); 0 when unknown.
+    package static func unsentBytes(_ fd: Int32) -> Int {
+        max(0, Int(cshim_unsent_bytes(fd)))
+    }
 }

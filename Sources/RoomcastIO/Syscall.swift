@@ -235,6 +235,26 @@ package enum Sys {
         return UInt64(ts.tv_sec) &* 1000 &+ UInt64(ts.tv_nsec / 1_000_000)
     }
 
+    /// Eight random bytes as a nonzero number, never blocking: getrandom(2)
+    /// with GRND_NONBLOCK (`source`, replaceable by tests); while the pool
+    /// is not initialised (EAGAIN, early boot) or getrandom fails,
+    /// /dev/urandom, which never blocks (random(4)); failing that, the
+    /// monotonic clock and the PID mixed. For ids that must differ between
+    /// processes, not for secrets.
+    package static func randomSeed(source: (UnsafeMutableRawPointer, Int) -> Int = { cshim_getrandom_nonblocking($0, $1) }) -> UInt64 {
+        var seed: UInt64 = 0
+        if withUnsafeMutableBytes(of: &seed, { source($0.baseAddress!, 8) }) != 8 {
+            seed = 0
+            let fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC)
+            if fd >= 0 {
+                if withUnsafeMutableBytes(of: &seed, { Glibc.read(fd, $0.baseAddress!, 8) }) != 8 { seed = 0 }
+                Glibc.close(fd)
+            }
+        }
+        if seed == 0 { seed = monotonicUsec() &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(getpid()) }
+        return seed == 0 ? 1 : seed
+    }
+
     /// Microseconds on CLOCK_MONOTONIC (for sd_notify's MONOTONIC_USEC).
     package static func monotonicUsec() -> UInt64 {
         var ts = timespec()

@@ -267,7 +267,7 @@ struct Options {
         // validated text bodies (ChatMessage, type 2), 64 bytes unless noted.
         // A smaller window flatters a relay that writes large frames straight
         // to the socket: 16 frames of 16 KiB fit in the kernel's socket
-        // buffers, 64 do not (BENCHMARKS.md, "the 16 KiB case").
+        // buffers, 64 do not (BENCHMARKS.md, "Loopback").
         case .fanout:
             members = 1_000; publishers = 1; size = 64; window = 64; rate = nil; duration = 10; body = .text
         case .pub10:

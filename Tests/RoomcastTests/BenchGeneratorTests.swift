@@ -84,8 +84,8 @@ import Testing
     }
 
     /// The independent generator's workloads: closed loop with a window of 64 and
-    /// validated text bodies for every load workload (BENCHMARKS.md, "the
-    /// 16 KiB case"); the old definitions stay one option away.
+    /// validated text bodies for every load workload (BENCHMARKS.md,
+    /// "Loopback"); the old definitions stay one option away.
     @Test func loadModesUseAWindowOf64AndValidatedBodies() throws {
         for (mode, members, publishers, size) in [("fanout", 1_000, 1, 64), ("pub10", 100, 10, 64), ("large", 100, 1, 16_384)] {
             let o = try Self.options(["--mode", mode])

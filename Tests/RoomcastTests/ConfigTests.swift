@@ -185,9 +185,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 33)
     }
 
-    /// The operator's documentation names every key: the README's table and
-    /// roomcastd.conf(5) cannot fall behind the parser.
-    @Test(arguments: ["README.md", "man/roomcastd.conf.5.scd"])
+    /// The operator's documentation names every key: the table of
+    /// docs/configuration.md and roomcastd.conf(5) cannot fall behind the parser.
+    @Test(arguments: ["docs/configuration.md", "man/roomcastd.conf.5.scd"])
     func documentationNamesEveryKey(file: String) throws {
         let bytes = try #require(readAll(repositoryRoot + "/" + file))
         let text = String(decoding: bytes, as: UTF8.self)

@@ -122,6 +122,39 @@ struct HandOverStateTests {
         #expect(back.boxName == "livebox-12" && back.socketOptions == "30000/0")
     }
 
+    @Test("the torn-frame count and the time over output_soft_bytes round-trip; absent (an older writer), they default")
+    func tornBytesAndSoftClockRoundTrip() throws {
+        var r = HandOverState.Record(key: 9)
+        r.output = [1, 2, 3, 4, 5]
+        r.tornBytes = 3
+        r.softLimitElapsedMs = 7_250
+        let back = try HandOverState.decode(HandOverState(connections: [r]).encode())
+        #expect(back.connections.first?.tornBytes == 3 && back.connections.first?.softLimitElapsedMs == 7_250)
+        let plain = try HandOverState.decode(HandOverState(connections: [HandOverState.Record(key: 9)]).encode())
+        #expect(plain.connections.first?.tornBytes == 0 && plain.connections.first?.softLimitElapsedMs == nil)
+        r.tornBytes = 6  // more than is owed: a damaged state, never a read past the queue
+        #expect(throws: HandOverState.DecodeError.self) { try HandOverState.decode(HandOverState(connections: [r]).encode()) }
+    }
+
+    @Test("the size bound a writer keeps the state under is never below what encode writes")
+    func sizeBoundHolds() throws {
+        var r = HandOverState.Record(key: .max)
+        r.peerAddress = "[2001:db8::1]:65535"
+        r.room = "a room"
+        r.identity = [UInt8](repeating: 1, count: 40)
+        r.nickname = "nick"
+        r.input = [UInt8](repeating: 2, count: 100)
+        r.output = [UInt8](repeating: 3, count: 1000)
+        (r.heartbeatRemainingMs, r.partialFrameRemainingMs, r.violations) = (1, 2, 3)
+        (r.frameMilliTokens, r.byteMilliTokens, r.draining, r.tornBytes, r.softLimitElapsedMs) = (4, 5, true, 6, 7)
+        var s = HandOverState(stoppedReadingMs: 1, writer: "roomcastd 9.9.9", connections: [r, r])
+        s.boxName = "livebox-123"
+        s.socketOptions = "nodelay"
+        let one = HandOverState.recordBytesBound(address: r.peerAddress.utf8.count, room: 6, identity: 40, nickname: 4, input: 100, output: 1000)
+        let bound = HandOverState.globalsBytesBound(writer: 15 + 11 + 7) + 2 * one
+        #expect(s.encode().count <= bound, "\(s.encode().count) bytes encoded, bound \(bound)")
+    }
+
     /// A newer writer may add fields and records; this reader skips them.
     @Test func unknownTagsAreSkipped() throws {
         var bytes = Self.full.encode()

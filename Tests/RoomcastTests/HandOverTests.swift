@@ -93,7 +93,8 @@ struct HandOverTests {
         let notify = FakeNotify()
         var logPipe: [Int32] = [-1, -1]
 
-        init(_ sections: String, clock: ManualClock, stored: [(fd: Int32, name: String)] = [], fdStoreMax: Int = 16) throws {
+        init(_ sections: String, clock: ManualClock, stored: [(fd: Int32, name: String)] = [], fdStoreMax: Int = 16,
+             maxStateBytes: Int = Server.maxStateBytes) throws {
             self.clock = clock
             let config = try Config.parse("[server]\nlisten = 127.0.0.1:0\n" + sections, file: "test.conf")
             _ = pipe(&logPipe)
@@ -105,6 +106,7 @@ struct HandOverTests {
             server = try Server(config: config, options: .init(configPath: nil), systemd: systemd, logger: logger, signalFD: -1,
                                 clock: { [clock] in clock.nowMs })
             server.handOver.timeoutMs = 50  // the barrier is answered only after the fact here
+            server.handOver.maxStateBytes = maxStateBytes
             try server.start()
         }
 
@@ -159,7 +161,7 @@ struct HandOverTests {
     static let config = "[heartbeat]\ntimeout = 30s\ntick = 100ms\n[limits]\nframes_per_second = 1\nframes_burst = 50\n"
 
     /// Hands A's connections over and starts B on what A stored.
-    static func handOver(_ a: Node, sections: String = config) throws -> Node {
+    static func handOver(_ a: Node, sections: String = config, maxStateBytes: Int = Server.maxStateBytes) throws -> Node {
         a.notify.update()
         a.server.handOver.flushIdleMs = 0  // its readers read only after the hand-over: no flush wait
         a.server.beginHandOver()
@@ -171,7 +173,7 @@ struct HandOverTests {
         #expect(a.notify.store["state"] != nil && a.notify.store.keys.contains { $0 == "box" || $0.hasPrefix("livebox-") },
                 "\(a.notify.store.keys.sorted())")
         a.clock.nowMs += 40  // the gap: no deadline moves closer during it
-        return try Node(sections, clock: a.clock, stored: a.notify.passed)
+        return try Node(sections, clock: a.clock, stored: a.notify.passed, maxStateBytes: maxStateBytes)
     }
 
     @Test("rooms, identities, partial input, owed output, heartbeat time left, violations and token buckets carry over")
@@ -425,21 +427,25 @@ struct HandOverTests {
             _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &sv)
             pairs.append((sv[0], sv[1]))
         }
-        let box = try HandOverBox.make()
-        let entries = pairs.enumerated().map { (key: UInt32($0.offset * 7), fd: $0.element.0) }
-        let (n, error) = box.put(entries[...])
-        #expect(n == 600 && error == nil)
-        box.seal()
-        let (out, problem) = HandOverBox.drain(box.readEnd)
-        #expect(problem == nil)
-        #expect(out.map(\.key) == entries.map { $0.key })
-        // Each received descriptor is the same socket as the one put in.
-        for (e, p) in zip(out, pairs) {
-            var st1 = stat(), st2 = stat()
-            fstat(e.fd, &st1)
-            fstat(p.0, &st2)
-            #expect(st1.st_ino == st2.st_ino)
-            close(e.fd)
+        // u64 keys (the live box's serials, past 2^32 here) and u32 keys (a
+        // hand-over's own box, as earlier releases read it).
+        for wide in [true, false] {
+            let box = try HandOverBox.make()
+            let entries = pairs.enumerated().map { (key: UInt64($0.offset * 7) + (wide ? 1 << 33 : 0), fd: $0.element.0) }
+            let (n, error) = box.put(entries[...], wideKeys: wide)
+            #expect(n == 600 && error == nil)
+            box.seal()
+            let (out, problem) = HandOverBox.drain(box.readEnd)
+            #expect(problem == nil)
+            #expect(out.map(\.key) == entries.map { $0.key })
+            // Each received descriptor is the same socket as the one put in.
+            for (e, p) in zip(out, pairs) {
+                var st1 = stat(), st2 = stat()
+                fstat(e.fd, &st1)
+                fstat(p.0, &st2)
+                #expect(st1.st_ino == st2.st_ino)
+                close(e.fd)
+            }
         }
         pairs.forEach { close($0.0); close($0.1) }
     }

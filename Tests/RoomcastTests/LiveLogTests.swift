@@ -5,7 +5,7 @@ import Testing
 
 @Suite("Live log (crash path)")
 struct LiveLogTests {
-    static func log(_ records: [[UInt8]], committed: Int? = nil, version: UInt16 = 1) -> [UInt8] {
+    static func log(_ records: [[UInt8]], committed: Int? = nil, version: UInt16 = LiveLog.version) -> [UInt8] {
         var bytes = LiveLog.header(generation: 7)
         let body = records.flatMap { $0 }
         bytes += body
@@ -15,7 +15,7 @@ struct LiveLogTests {
         return bytes
     }
 
-    static func replay(_ bytes: [UInt8]) throws(HandOverState.DecodeError) -> [UInt32: LiveLog.Connection] {
+    static func replay(_ bytes: [UInt8]) throws(HandOverState.DecodeError) -> [UInt64: LiveLog.Connection] {
         try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replay(raw) } }.get()
     }
 
@@ -55,15 +55,43 @@ struct LiveLogTests {
     }
 
     @Test func unknownKindsAreSkippedAndDamageIsFound() throws {
-        var unknown: [UInt8] = [6, 0, 0, 0, 99, 1, 0, 0, 0, 42]  // kind 99, serial 1, one byte
+        var unknown: [UInt8] = [10, 0, 0, 0, 99, 1, 0, 0, 0, 0, 0, 0, 0, 42]  // kind 99, serial 1, one byte
         unknown += LiveLog.room(1, room: "r", identity: nil)
         let live = try Self.replay(Self.log([LiveLog.open(1, dialect: .ltb, address: "a"), unknown]))
         #expect(live[1]?.room == "r")
-        #expect(throws: HandOverState.DecodeError.unknownVersion(2)) { try Self.replay(Self.log([], version: 2)) }
+        #expect(throws: HandOverState.DecodeError.unknownVersion(3)) { try Self.replay(Self.log([], version: 3)) }
         #expect(throws: (any Error).self) { try Self.replay(Array(Self.log([LiveLog.open(1, dialect: .ltb, address: "abc")]).dropLast())) }
         var cut = Self.log([LiveLog.open(1, dialect: .ltb, address: "abc")])
         cut[LiveLog.headerSize] = 200  // a record claiming more than was committed
         #expect(throws: (any Error).self) { try Self.replay(cut) }
         #expect(throws: (any Error).self) { try Self.replay([1, 2, 3]) }
+    }
+
+    @Test("a partial frame is appended to read by read, replaced when a frame completes")
+    func inputIsAppended() throws {
+        let live = try Self.replay(Self.log([
+            LiveLog.open(1, dialect: .ltb, address: "a"),
+            LiveLog.inputAppend(1, [1, 2]),
+            LiveLog.inputAppend(1, [3]),
+            LiveLog.open(2, dialect: .ltb, address: "b"),
+            LiveLog.inputAppend(2, [7, 7]),
+            LiveLog.input(2, [8]),
+            LiveLog.inputAppend(2, [9]),
+        ]))
+        #expect(live[1]?.input == [1, 2, 3] && live[2]?.input == [8, 9])
+    }
+
+    @Test("serials are 64-bit; a version 1 log (32-bit serials) is still read")
+    func serialsAreWideAndVersion1Reads() throws {
+        let big: UInt64 = 1 << 40 | 5
+        let live = try Self.replay(Self.log([LiveLog.open(big, dialect: .ltb, address: "a"), LiveLog.open(5, dialect: .json, address: "b")]))
+        #expect(live[big]?.peerAddress == "a" && live[5]?.peerAddress == "b", "a serial past 2^32 does not collide with its low half")
+        // Version 1, as the previous release wrote it: length u32 | kind | serial u32 | payload.
+        func v1(_ kind: UInt8, _ serial: UInt32, _ payload: [UInt8]) -> [UInt8] {
+            withUnsafeBytes(of: UInt32(5 + payload.count).littleEndian, Array.init) + [kind] + withUnsafeBytes(of: serial.littleEndian, Array.init) + payload
+        }
+        let old = Self.log([v1(1, 9, [0, 1, 0, 0x78]), v1(3, 9, [2, 0, 0, 0, 4, 5]), v1(1, 10, [1, 0, 0]), v1(5, 10, [])], version: 1)
+        let replayed = try Self.replay(old)
+        #expect(Set(replayed.keys) == [9] && replayed[9]?.peerAddress == "x" && replayed[9]?.input == [4, 5])
     }
 }

@@ -136,15 +136,116 @@ import Testing
         #expect(t.fanout.outboxes[0].pending == frame.count)
     }
 
-    @Test func overTheHardLimitClosesOnlyThatRecipient() {
-        let (t, ours, peers) = Self.table(2, hard: 300)
+    /// Sets SO_SNDBUF of `fd` (Linux doubles it, socket(7)), as the daemon
+    /// does for client sockets (`Socket.clientSendBuffer`).
+    static func setSendBuffer(_ fd: Int32, _ bytes: Int32) {
+        var size = bytes
+        #expect(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size)) == 0)
+    }
+
+    /// `count` frames of `size` body bytes, each numbered in its first 4 bytes.
+    static func burst(_ count: Int, size: Int) -> [[UInt8]] {
+        (0..<count).map { i in
+            var body = [UInt8](repeating: UInt8(truncatingIfNeeded: i), count: size)
+            withUnsafeBytes(of: UInt32(i).littleEndian) { body.replaceSubrange(0..<4, with: $0) }
+            return FrameCodec.encode(type: 99, body: body, byteOrder: .little)
+        }
+    }
+
+    /// The end-of-pass flushes, then the reads of readers that keep up, then
+    /// more flushes (as EPOLLOUT would bring them) until nothing is owed.
+    /// - Returns: what each reader got, by index into `readers`.
+    static func flushUntilDrained(_ t: ConnectionTable, ids: [Int], readers peers: [Int32]) -> [[UInt8]] {
+        var got = [[UInt8]](repeating: [], count: ids.count)
+        for _ in 0..<100 {
+            for id in ids { _ = t.fanout.write(id, keepCapacity: 0) }
+            t.fanout.endPass()
+            for (i, fd) in peers.enumerated() { got[i] += drain(fd) }
+            if ids.allSatisfy({ t.fanout.outboxes[$0].pending == 0 || t.state($0) == .closing }) { break }
+        }
+        return got
+    }
+
+    @Test("one pass holding a 200 KiB burst with output_hard_bytes = 128K cuts neither the sender (echo) nor a reader with nothing queued")
+    func burstOverTheHardLimitCutsNoReaderThatReads() {
+        let hard = 128 << 10
+        let (t, ours, peers) = Self.table(3, hard: hard)
+        defer { for id in 0..<3 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        for fd in ours { Self.setSendBuffer(fd, 64 << 10) }
+        let frames = Self.burst(25, size: 8 << 10 - 6)  // 25 x 8 KiB = 200 KiB, read in one pass
+        for f in frames {
+            #expect(f.withUnsafeBytes { t.fanout.broadcast($0, from: 0, to: [0, 1, 2], except: -1) } == 3)
+        }
+        #expect(t.closeList.isEmpty, "the pass's range is the shared batch, not any recipient's memory")
+        let got = Self.flushUntilDrained(t, ids: [0, 1, 2], readers: peers)
+        #expect(t.closeList.isEmpty, "readers that read are never cut: \(t.closeList.map { t.slots[$0]?.closeReason?.text ?? "" })")
+        for i in 0..<3 { #expect(got[i] == frames.flatMap { $0 }, "connection \(i): all 200 KiB, in order") }
+    }
+
+    @Test("frames of a 200 KiB pass that are not adjacent in the batch (two rooms) are sent before they are copied past output_hard_bytes")
+    func interleavedBurstIsSentBeforeItIsCopied() {
+        let hard = 128 << 10
+        let (t, ours, peers) = Self.table(2, hard: hard)
         defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
-        let frame = FrameCodec.encode(type: 99, body: [UInt8](repeating: 1, count: 100), byteOrder: .little)
-        _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) }
-        _ = t.fanout.write(1, keepCapacity: 0)  // 1 is flushed (its peer reads), 0 is not
-        for _ in 0..<2 { _ = frame.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } }
-        #expect(t.closeList == [0])
-        #expect(t.slots[0]?.closeReason?.text.contains("output_hard_bytes") == true)
-        #expect(t.fanout.outboxes[1].pending == 2 * frame.count)
+        for fd in ours { Self.setSendBuffer(fd, 64 << 10) }
+        let a = Self.burst(25, size: 8 << 10 - 6), b = Self.burst(25, size: 100)
+        for i in 0..<25 {
+            _ = a[i].withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0], except: -1) }
+            _ = b[i].withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
+        }
+        #expect(t.closeList.isEmpty)
+        #expect(t.fanout.outboxes[0].queue.count <= hard + a[0].count, "its own copy stays within the limit and one frame")
+        let got = Self.flushUntilDrained(t, ids: [0, 1], readers: peers)
+        #expect(t.closeList.isEmpty)
+        #expect(got[0] == a.flatMap { $0 } && got[1] == b.flatMap { $0 }, "each room's frames, in order")
+    }
+
+    @Test("a reader that stops reading is cut once its own backlog, after the kernel took what it could, passes output_hard_bytes; not before")
+    func readerThatStopsIsCutAtItsOwnBacklog() {
+        let hard = 64 << 10
+        let (t, ours, peers) = Self.table(2, hard: hard)
+        defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        for fd in ours { Self.setSendBuffer(fd, 4096) }
+        let frames = Self.burst(200, size: 4090)  // 4 KiB frames, one per pass
+        var cutAt: Int?
+        for (pass, f) in frames.enumerated() {
+            let backlog = t.fanout.outboxes[1].queue.count
+            _ = f.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) }
+            #expect(t.state(1) != .closing, "not cut in the broadcast (pass \(pass), backlog \(backlog))")
+            for id in 0..<2 { _ = t.fanout.write(id, keepCapacity: 0) }
+            t.fanout.endPass()
+            _ = Self.drain(peers[0])  // 0 reads, 1 never does
+            if t.state(1) == .closing {
+                cutAt = pass
+                #expect(backlog + f.count > hard, "cut only when the backlog could not hold this pass (backlog \(backlog))")
+                break
+            }
+            #expect(t.fanout.outboxes[1].queue.count <= hard, "an open reader's own backlog is within the limit")
+        }
+        let pass = try? #require(cutAt, "the reader that stopped was never cut")
+        #expect(pass.map { $0 > hard / 4096 - 4 } == true, "cut at pass \(pass ?? -1), after about 64 KiB of its own backlog")
+        #expect(t.slots[1]?.closeReason?.text.contains("output_hard_bytes (64K)") == true, "\(t.slots[1]?.closeReason?.text ?? "")")
+        #expect(t.slots[1]?.closeReason?.warning == "output_hard_limit")
+        #expect(t.state(0) == .open && t.fanout.outboxes[0].pending == 0, "the reader that reads is untouched")
+    }
+
+    @Test("a partial flush of a connection whose queue holds only this pass's copies asks for EPOLLOUT (it had no backlog)")
+    func copiesOfThePassAreNoBacklog() {
+        let (t, ours, peers) = Self.table(2, hard: 1 << 20)
+        defer { for id in 0..<2 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        Self.setSendBuffer(ours[0], 4096)
+        let big = Self.burst(8, size: 4090)
+        for f in big {  // not adjacent: each range of 0's is copied into its queue
+            _ = f.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0], except: -1) }
+            _ = f.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [1], except: -1) }
+        }
+        #expect(t.fanout.outboxes[0].queue.count > 0)
+        guard case .partial(_, let hadBacklog, _) = t.fanout.write(0, keepCapacity: 0) else {
+            Issue.record("expected a partial write")
+            return
+        }
+        #expect(!hadBacklog, "nothing armed EPOLLOUT for it: the flush must (else the rest waits for the room's next frame)")
+        _ = t.fanout.write(1, keepCapacity: 0)
+        t.fanout.endPass()
     }
 }

@@ -44,9 +44,17 @@ int cshim_malloc_trim(void);
 /// memfd_create(2) with MFD_CLOEXEC | MFD_ALLOW_SEALING; -1 with errno set.
 int cshim_memfd_create(const char *name);
 
+/// getrandom(2) with GRND_NONBLOCK: -1 with errno EAGAIN while the kernel's
+/// pool is not initialised yet (early boot), instead of blocking.
+ssize_t cshim_getrandom_nonblocking(void *buf, size_t len);
+
 /// Seals a memfd against every further change (F_SEAL_SHRINK, F_SEAL_GROW,
 /// F_SEAL_WRITE, F_SEAL_SEAL); 0, or -1 with errno set.
 int cshim_memfd_seal(int fd);
+
+/// The bytes of a socket's send queue not yet acknowledged by the peer
+/// (ioctl(2) SIOCOUTQ, tcp(7), unix(7)); -1 with errno set.
+int cshim_unsent_bytes(int fd);
 
 /// One sendmsg(2) of `len` bytes of `data` carrying `nfds` descriptors
 /// (SCM_RIGHTS, 0 <= nfds <= CSHIM_MAX_FDS_PER_MESSAGE), to `addr` when it is

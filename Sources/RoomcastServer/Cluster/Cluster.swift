@@ -3,8 +3,8 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// Cluster.swift owns rooms that span daemons (README "Running
-// several daemons"; docs/protocol.md §12): the link to Redis pub/sub with
+// Cluster.swift owns rooms that span daemons (docs/cluster.md;
+// docs/protocol.md §12): the link to Redis pub/sub with
 // its two connections, what it publishes (every frame the relay relays,
 // through `RelayObserver`), what it subscribes to (the rooms with members
 // here), what it delivers (other daemons' frames, through
@@ -96,9 +96,7 @@ final class ClusterLink: RelayObserver {
         self.settings = settings
         self.byteOrder = byteOrder
         kind = ClusterEnvelope.Kind(byteOrder)
-        var seed: UInt64 = 0
-        if getrandom(&seed, 8, 0) != 8 { seed = UInt64(Sys.monotonicUsec()) &* 0x9E37_79B9_7F4A_7C15 ^ UInt64(getpid()) }
-        origin = seed == 0 ? 1 : seed
+        origin = Sys.randomSeed()  // never blocks, even at early boot
         random = origin
         channels = ClusterChannels(name: settings.name)
         heartbeatChannel = channels.heartbeat(origin: origin)

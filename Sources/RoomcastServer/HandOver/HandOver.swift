@@ -2,7 +2,7 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// HandOver.swift owns restarts that keep every client connected (README.md,
+// HandOver.swift owns restarts that keep every client connected (docs/operations.md,
 // "Restarts, upgrades and crashes"). Every SIGTERM under a unit with an fd
 // store is a hand-over: the process stops accepting and reading, flushes
 // what the clients are owed while they take it (`HandOverControl`), and
@@ -83,10 +83,14 @@ struct HandOverControl {
     /// the only wait of the hand-over, at exit (PID 1 is idle then, waiting
     /// for this process to exit) and at start, before READY=1.
     var timeoutMs: UInt64 = 2_000
+    /// The largest hand-over state or live log written or read, in bytes
+    /// (`Server.maxStateBytes`; lowered by tests).
+    var maxStateBytes = Server.maxStateBytes
 }
 
 extension Server {
-    /// The largest state accepted from the previous process, in bytes.
+    /// The largest state accepted from the previous process, in bytes, and
+    /// so the largest one written: a state over it would be refused whole.
     static let maxStateBytes = 1 << 30
 
     /// Whether a SIGTERM may hand the connections over: the unit has an fd
@@ -144,7 +148,7 @@ extension Server {
     func completeHandOver() -> Bool {
         handOver.pending = false
         let now = clock()
-        let ids = table.ids.filter { table.state($0) != .closing }
+        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing })
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
         // The live box (LiveStore.swift) already holds every descriptor: a
@@ -168,7 +172,7 @@ extension Server {
         var boxes: [Int32] = []
         var stateFD: Int32 = -1
         do throws(SystemError) {
-            if liveBox == nil { boxes = try pack(ids.map { (UInt32($0), table.slots[$0]!.fd) }) }
+            if liveBox == nil { boxes = try pack(ids.map { (UInt64($0), table.slots[$0]!.fd) }) }
             stateFD = try StateFile.make(state.encode(), name: "roomcast-state")
         } catch {
             boxes.forEach(Sys.close)
@@ -228,6 +232,32 @@ extension Server {
         logger.info("removed the live boxes from systemd's fd store before the hand-over: a second copy of every descriptor would not fit in flight under RLIMIT_NOFILE (\(descriptorLimit))")
     }
 
+    /// `ids` less the connections owing the most output, as many as it takes
+    /// for the state to stay under `HandOverControl.maxStateBytes` (the
+    /// next process refuses a larger one, and every record in it): those
+    /// are closed, as slow consumers are (docs/protocol.md §6), and logged.
+    func fitStateLimit(_ ids: [Int]) -> [Int] {
+        func bytes(_ id: Int) -> Int {
+            let c = table.slots[id]!
+            return HandOverState.recordBytesBound(address: c.address.utf8.count, room: relay.roomName(of: id)?.bytes.count ?? 0,
+                                                  identity: relay.identity(of: id)?.count ?? 0, nickname: c.nickname?.utf8.count ?? 0,
+                                                  input: c.input.count, output: table.fanout.outboxes[id].queue.count)
+        }
+        let limit = handOver.maxStateBytes - HandOverState.globalsBytesBound(writer: roomcastVersion.utf8.count + 64 + socketOptions.utf8.count)
+        var total = ids.reduce(0) { $0 + bytes($1) }
+        guard total > limit else { return ids }
+        var left = Set<Int>()
+        for id in ids.sorted(by: { table.fanout.outboxes[$0].queue.count > table.fanout.outboxes[$1].queue.count }) where total > limit {
+            total -= bytes(id)
+            left.insert(id)
+        }
+        let owed = left.reduce(0) { $0 + table.fanout.outboxes[$1].queue.count }
+        logger.error("the hand-over state would pass \(formatSize(handOver.maxStateBytes)): closing the \(plural(left.count, "connection"))"
+                     + " owing the most output (\(formatSize(owed)) in all) instead of handing them over", ["REASON": "handover_state_too_large"])
+        for id in left { Sys.shutdownBoth(table.slots[id]!.fd) }  // copies in the live box or PID 1's store live on
+        return ids.filter { !left.contains($0) }
+    }
+
     /// The options `Socket.configureClient` sets from the config: the next
     /// process sets them again only if they differ (a setsockopt(2) per
     /// option and client is most of a restore's time otherwise).
@@ -248,6 +278,8 @@ extension Server {
         // At the end of a pass every batch range was written or copied
         // into the queue (`Fanout.endPass`): the queue is all that is owed.
         r.output = table.fanout.outboxes[id].queue.withReadableBytes { Array($0) }
+        r.tornBytes = UInt64(min(table.fanout.outboxes[id].torn, r.output.count))
+        r.softLimitElapsedMs = table.fanout.outboxes[id].softSinceMs.map { UInt32(clamping: now >= $0 ? now - $0 : 0) }
         (r.heartbeatRemainingMs, r.partialFrameRemainingMs) = heartbeats.remaining(id, c.dialect, nowMs: now)
         r.violations = UInt32(clamping: relay.violations(of: id))
         r.frameMilliTokens = c.frameBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
@@ -259,7 +291,8 @@ extension Server {
     /// Puts every descriptor in boxes: one, unless a box fills up (each
     /// holds thousands), then another.
     /// - Returns: the boxes' read ends (their write ends are closed).
-    private func pack(_ entries: [(key: UInt32, fd: Int32)]) throws(SystemError) -> [Int32] {
+    /// Keys are connection ids, u32 as earlier releases read them.
+    private func pack(_ entries: [(key: UInt64, fd: Int32)]) throws(SystemError) -> [Int32] {
         var readEnds: [Int32] = []
         var rest = entries[...]
         while !rest.isEmpty {
@@ -268,7 +301,7 @@ extension Server {
                 readEnds.forEach(Sys.close)
                 throw error
             }
-            let (n, error) = box.put(rest)
+            let (n, error) = box.put(rest, wideKeys: false)
             box.seal()
             readEnds.append(box.readEnd)
             if error != nil || n == 0 {

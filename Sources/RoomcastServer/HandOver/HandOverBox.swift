@@ -1,10 +1,13 @@
 import Glibc
 import RoomcastIO
 
-/// A box of client descriptors (README.md, "Restarts, upgrades and crashes"): the receive
+/// A box of client descriptors (docs/operations.md, "Restarts, upgrades and crashes"): the receive
 /// queue of an AF_UNIX stream socketpair, holding the descriptors in flight
 /// (SCM_RIGHTS), 253 per message with their keys as the message's bytes
-/// (u32, little-endian, one per descriptor, in the same order). Only the
+/// (little-endian, one per descriptor, in the same order; u32 for a
+/// hand-over's own box, which earlier releases read too, u64 for the live
+/// box's 64-bit serials: the reader tells them apart by the bytes per
+/// descriptor). Only the
 /// read end goes into systemd's fd store: one descriptor, where one per
 /// client costs PID 1 O(n²) `kcmp` calls (1,000 clients: 0.55 s; 10,000: 59 s).
 ///
@@ -16,7 +19,7 @@ struct HandOverBox {
 
     /// One entry: a descriptor and the key of its state record.
     struct Entry {
-        var key: UInt32?
+        var key: UInt64?
         var fd: Int32
     }
 
@@ -38,17 +41,24 @@ struct HandOverBox {
         return HandOverBox(readEnd: sv[0], writeEnd: sv[1])
     }
 
-    /// Puts `entries` into the box, `CSHIM_MAX_FDS_PER_MESSAGE` per sendmsg(2).
+    /// Puts `entries` into the box, `CSHIM_MAX_FDS_PER_MESSAGE` per sendmsg(2),
+    /// with u64 keys (`wideKeys`) or u32 keys (each must fit).
     /// - Returns: how many went in; fewer than all when the box is full
     ///   (EAGAIN) or sendmsg fails (the error, for the log).
-    func put(_ entries: ArraySlice<(key: UInt32, fd: Int32)>) -> (count: Int, error: SystemError?) {
+    func put(_ entries: ArraySlice<(key: UInt64, fd: Int32)>, wideKeys: Bool = true) -> (count: Int, error: SystemError?) {
         var sent = 0
         var start = entries.startIndex
         while start < entries.endIndex {
             let end = min(start + Sys.maxDescriptorsPerMessage, entries.endIndex)
             var keys: [UInt8] = []
-            keys.reserveCapacity((end - start) * 4)
-            for e in entries[start..<end] { withUnsafeBytes(of: e.key.littleEndian) { keys.append(contentsOf: $0) } }
+            keys.reserveCapacity((end - start) * 8)
+            for e in entries[start..<end] {
+                if wideKeys {
+                    withUnsafeBytes(of: e.key.littleEndian) { keys.append(contentsOf: $0) }
+                } else {
+                    withUnsafeBytes(of: UInt32(e.key).littleEndian) { keys.append(contentsOf: $0) }
+                }
+            }
             switch keys.withUnsafeBytes({ Sys.sendDescriptors(writeEnd, $0, entries[start..<end].map(\.fd)) }) {
             case .done(let n) where n == keys.count:
                 break
@@ -83,7 +93,7 @@ struct HandOverBox {
         var p: [Int32] = [-1, -1]
         guard pipe(&p) == 0 else { return nil }
         defer { p.forEach(Sys.close) }
-        let entries = (0..<Sys.maxDescriptorsPerMessage).map { (key: UInt32($0), fd: p[0]) }
+        let entries = (0..<Sys.maxDescriptorsPerMessage).map { (key: UInt64($0), fd: p[0]) }
         guard box.put(entries[...]).count == entries.count else { return nil }
         // SO_MEMINFO (socket(7)): u32 SK_MEMINFO_VARS; [2] wmem_alloc, [3] sndbuf.
         var info = [UInt32](repeating: 0, count: 9)
@@ -98,7 +108,8 @@ struct HandOverBox {
 
     /// Takes every descriptor out of a box whose write end is closed (or
     /// whose writer died), then closes `readEnd`.
-    /// - Returns: the entries in the order they were put in. When keys and
+    /// - Returns: the entries in the order they were put in, u32 or u64 keys
+    ///   as the bytes per descriptor say. When keys and
     ///   descriptors do not pair up (a damaged box), every key is nil:
     ///   the connections are served with fresh state. `problem` says why.
     static func drain(_ readEnd: Int32) -> (entries: [Entry], problem: String?) {
@@ -119,12 +130,16 @@ struct HandOverBox {
             }
         }
         if truncated { problem = "descriptors were cut off (MSG_CTRUNC): the kernel closed them" }
-        if problem == nil, keyBytes.count != fds.count * 4 {
+        if problem == nil, keyBytes.count != fds.count * 4 && keyBytes.count != fds.count * 8 {
             problem = "\(keyBytes.count) key bytes for \(fds.count) descriptors"
         }
         if problem != nil { return (fds.map { Entry(key: nil, fd: $0) }, problem) }
+        let wide = keyBytes.count == fds.count * 8
         let entries = fds.indices.map { i in
-            Entry(key: keyBytes.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: i * 4, as: UInt32.self)) }, fd: fds[i])
+            Entry(key: keyBytes.withUnsafeBytes {
+                wide ? UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: i * 8, as: UInt64.self))
+                     : UInt64(UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: i * 4, as: UInt32.self)))
+            }, fd: fds[i])
         }
         return (entries, nil)
     }

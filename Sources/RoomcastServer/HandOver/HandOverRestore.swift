@@ -45,7 +45,7 @@ extension Server {
         var problem: (reason: String, text: String)?
         for s in stored where s.name == HandOverName.state {
             do throws(SystemError) {
-                let bytes = try StateFile.read(s.fd, limit: Self.maxStateBytes)
+                let bytes = try StateFile.read(s.fd, limit: handOver.maxStateBytes)
                 do throws(HandOverState.DecodeError) {
                     let state = try HandOverState.decode(bytes)
                     if state.stoppedReadingMs >= previous?.stoppedReadingMs ?? 0 { previous = state }
@@ -94,7 +94,7 @@ extension Server {
         let configure = previous?.socketOptions != socketOptions
         var restored = 0, fresh = 0, closed = 0
         for e in entries {
-            let record = e.key.flatMap { records.removeValue(forKey: UInt64($0)) }
+            let record = e.key.flatMap { records.removeValue(forKey: $0) }
             if record == nil && live && e.key != nil {
                 Sys.close(e.fd)  // closed before the hand-over: the live box kept a copy
                 closed += 1
@@ -149,7 +149,15 @@ extension Server {
                            hasPartialFrame: !r.input.isEmpty, nowMs: now)
         if !r.output.isEmpty {
             r.output.withUnsafeBytes { table.fanout.outboxes[id].queue.append($0) }
+            // The rest of a frame the peer got part of: the crash path logs
+            // it, and the torn-frame walk (Fanout) starts after it.
+            table.fanout.outboxes[id].torn = Int(clamping: min(r.tornBytes, UInt64(r.output.count)))
             setWriteInterest(id, true)  // armed while the queue holds a backlog (Output.swift)
+        }
+        if let elapsed = r.softLimitElapsedMs, !r.output.isEmpty {
+            // The slow-consumer clock goes on where it was (docs/protocol.md §6).
+            table.fanout.outboxes[id].softSinceMs = now &- min(UInt64(elapsed), now)
+            overSoft.append(id)
         }
         if r.draining {
             // It had sent EOF and left its room: only its owed output remains.

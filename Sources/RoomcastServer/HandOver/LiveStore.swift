@@ -3,18 +3,21 @@ import RoomcastCore
 import RoomcastIO
 
 // LiveStore.swift owns the crash path of a restart that keeps the clients
-// (README.md, "Restarts, upgrades and crashes"): a
+// (docs/operations.md, "Restarts, upgrades and crashes"): a
 // SIGKILL, a watchdog abort or a trap gives no chance to hand anything
 // over, so what a crash must not lose is in systemd's fd store all along:
 //
 // - a live box (`livebox-<generation>`): every client descriptor, appended
 //   once per loop iteration through a non-blocking write end, keyed by a
-//   serial; rebuilt when closed connections outnumber live ones or when it
-//   fills up;
+//   64-bit serial; rebuilt when it fills up, when closed connections
+//   outnumber live ones, or when the closed ones may pin more than
+//   `deadBytesBeforeRebuild` of send queues;
 // - a live log (`livestate-<generation>`, `LiveLog`): a shared mapping of a
-//   memfd to which opens, rooms and identities, partial input frames, torn
+//   memfd to which opens, rooms and identities, partial input frames (the
+//   new bytes of each read, logged before the read is processed), torn
 //   output frames and closes are appended as they happen (a memcpy each);
-//   compacted into a new generation when full.
+//   compacted into a new generation when full, never larger than the
+//   reader accepts (`Server.maxStateBytes`).
 //
 // After a crash the next process drains the box and replays the log:
 // every connection the log says is alive goes back to its room; the
@@ -22,23 +25,26 @@ import RoomcastIO
 // does not need them: the next process closes their copies.
 //
 // Every close must shutdown(2) first while copies sit in the box
-// (`Server.release`). Stores go through the non-blocking notify channel;
-// what PID 1 did not take yet is retried every iteration.
+// (`Server.release`), and drops the socket's unread input, which the copy
+// would otherwise keep in kernel memory until the next rebuild. Stores go
+// through the non-blocking notify channel; what PID 1 did not take yet is
+// retried every iteration, and a newer generation replaces one still
+// waiting (one pending store per kind, one descriptor each).
 
 /// The live box and log of one process, and the stores PID 1 has not taken yet.
 final class LiveStore {
     /// A record's worth of bookkeeping per connection id.
     struct Slot {
-        var serial: UInt32 = 0
+        var serial: UInt64 = 0
         /// The log holds a partial input frame / a torn output frame for it.
         var loggedInput = false
         var loggedTorn = false
     }
 
     var slots: [Slot] = []
-    var nextSerial: UInt32 = 1
+    var nextSerial: UInt64 = 1
     /// Opened since the last iteration: put into the box at its end.
-    var toBox: [(key: UInt32, fd: Int32)] = []
+    var toBox: [(key: UInt64, fd: Int32)] = []
 
     /// The box new connections go into; `fullBoxes` are the boxes of the
     /// same generation that filled up before it (a box holds about 46,800
@@ -52,6 +58,9 @@ final class LiveStore {
     /// Entries in the current generation's boxes, and how many of them are closed since.
     var boxed = 0
     var dead = 0
+    /// What the closed entries' send queues held when they closed, in bytes:
+    /// an upper bound of the kernel memory their copies in the box pin.
+    var deadBytes = 0
     /// The current box lacks some open connections (it filled up while it
     /// was rebuilt): a hand-over makes a box of its own.
     var incomplete = false
@@ -83,12 +92,23 @@ final class LiveStore {
     var rebuildRetryMs: UInt64 = 0
     var rebuildBackoffMs: UInt64 = 0
     var rebuildTrouble: String?
+    /// Stores dropped because a newer generation came before PID 1 took them.
+    var supersededStores = 0
 
-    /// Smallest log, in bytes; a new generation gets 4x its snapshot.
+    /// Smallest log, in bytes; a new generation gets 2x its snapshot (and
+    /// the record that did not fit), at most `maximumLogBytes`.
     static let minimumLogBytes = 1 << 20
+    /// Largest log, in bytes: what the next process reads (`Server.maxStateBytes`).
+    var maximumLogBytes = Server.maxStateBytes
     /// Closed entries a box may hold before it is rebuilt (when they also
     /// outnumber the live ones).
     static let deadBeforeRebuild = 64
+    /// Send-queue bytes closed entries may pin before the box is rebuilt,
+    /// whatever their number (a var for tests).
+    var deadBytesBeforeRebuild = 16 << 20
+    /// Unread input dropped per close, at most, in bytes (a receive queue
+    /// holds less: `net.ipv4.tcp_rmem`'s maximum is 6 MiB by default).
+    static let discardLimit = 8 << 20
 
     deinit {
         if let map { Sys.unmap(map, size: capacity) }
@@ -113,12 +133,13 @@ final class LiveStore {
         return true
     }
 
-    /// A new log generation holding `snapshot`, mapped; the old one is
-    /// unmapped and closed (PID 1 keeps its copy until the new one is stored).
-    func newLog(_ snapshot: [UInt8]) throws(SystemError) -> Int32 {
+    /// A new log generation holding `snapshot`, with room for `reserve`
+    /// more bytes at least, mapped; the old one is unmapped and closed (PID 1
+    /// keeps its copy until the new one is stored).
+    func newLog(_ snapshot: [UInt8], reserve: Int = 0) throws(SystemError) -> Int32 {
         logGeneration += 1
-        let size = max(Self.minimumLogBytes, 4 * (LiveLog.headerSize + snapshot.count))
-        let capacity = (size + 4095) & ~4095
+        let size = min(maximumLogBytes, max(Self.minimumLogBytes, 2 * (LiveLog.headerSize + snapshot.count + reserve)))
+        let capacity = max(size & ~4095, 4096)
         let fd = try Sys.memfd("roomcast-live-\(logGeneration)", size: capacity)
         let map: UnsafeMutableRawPointer
         do { map = try Sys.mapShared(fd, size: capacity) } catch {
@@ -144,6 +165,7 @@ extension Server {
         // after their generations so that no name is reused in flight.
         store.boxGeneration = handOver.previousLiveGeneration
         store.logGeneration = handOver.previousLiveGeneration
+        store.maximumLogBytes = handOver.maxStateBytes
         live = store
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true
@@ -174,7 +196,8 @@ extension Server {
     }
 
     /// `Server.release`, before the descriptor is closed: shutdown(2), since
-    /// the box still holds a copy, then the close in the log.
+    /// the box still holds a copy, and the unread input dropped (the copy
+    /// would keep it in kernel memory); then the close in the log.
     func liveClosing(_ id: Int, fd: Int32) {
         guard let live else { return }
         Sys.shutdownBoth(fd)
@@ -184,19 +207,38 @@ extension Server {
         if let i = live.toBox.firstIndex(where: { $0.key == serial }) {
             live.toBox.remove(at: i)  // opened and closed in one iteration: never boxed
         } else {
+            _ = scratch.withUnsafeMutableBytes { Sys.discardInput(fd, buffer: $0, limit: LiveStore.discardLimit) }
             live.dead += 1
+            live.deadBytes += Sys.unsentBytes(fd)
         }
         logLive(LiveLog.close(serial))
     }
 
-    /// After a read: the partial input frame, when there is one or was one
-    /// (read from the table: a compaction takes its snapshot from there).
-    func liveInput(_ id: Int) {
+    /// Before a read is processed (a crash while processing it must not cut
+    /// a frame in two): `bytes` is the connection's input with the read's
+    /// `newBytes` at its end, `wholeFrames` the length of the whole frames
+    /// at its start. A frame still growing gets the new bytes appended; one
+    /// completed leaves only what follows the whole frames (often nothing).
+    func liveInput(_ id: Int, _ bytes: UnsafeRawBufferPointer, newBytes: Int, wholeFrames: Int) {
         guard let live, id < live.slots.count, live.slots[id].serial != 0 else { return }
-        let input = table.slots[id]!.input
-        if input.isEmpty && !live.slots[id].loggedInput { return }
-        live.slots[id].loggedInput = !input.isEmpty
-        logLive(LiveLog.input(live.slots[id].serial, input))
+        let serial = live.slots[id].serial
+        let rest = bytes[wholeFrames...]
+        if rest.isEmpty && !live.slots[id].loggedInput { return }
+        let record = wholeFrames == 0 ? LiveLog.inputAppend(serial, bytes[(bytes.count - newBytes)...]) : LiveLog.input(serial, rest)
+        if !live.append(record) {
+            // Full: a compacted generation, whose snapshot cannot hold this
+            // input (it is out of the table while it is processed). A frame
+            // too large for a quarter of the largest log is not kept at the
+            // expense of everyone else's records.
+            let fits = 17 + rest.count <= live.maximumLogBytes / 4
+            rebuildLiveLog(reserve: fits ? 17 + rest.count : 0)
+            if !fits || !live.append(LiveLog.input(serial, rest)) {
+                logger.error("the live log has no room for \(table.address(of: id))'s partial frame (\(rest.count) bytes): a crash would close it",
+                             ["REASON": "handover_failed"])
+                _ = live.append(LiveLog.close(serial))
+            }
+        }
+        live.slots[id].loggedInput = !rest.isEmpty
     }
 
     /// After a flush: the rest of a frame the kernel took part of.
@@ -245,11 +287,13 @@ extension Server {
         } else if live.box == nil || live.incomplete {
             rebuildLiveBox()  // an earlier rebuild failed (retried with backoff)
         }
-        // Closed entries outnumber open ones, or a rebuild (the old box and a
-        // new one with every open connection, in flight at once) would soon
-        // no longer fit under RLIMIT_NOFILE (HandOverBudget).
+        // Closed entries outnumber open ones (or pin too much kernel memory),
+        // or a rebuild (the old box and a new one with every open connection,
+        // in flight at once) would soon no longer fit under RLIMIT_NOFILE (HandOverBudget).
         let open = live.boxed - live.dead
-        if live.dead >= LiveStore.deadBeforeRebuild && (live.dead > open || open + 256 > inFlightRoom()) { rebuildLiveBox() }
+        if live.dead >= LiveStore.deadBeforeRebuild && (live.dead > open || open + 256 > inFlightRoom()) || live.deadBytes > live.deadBytesBeforeRebuild {
+            rebuildLiveBox()
+        }
         if !live.pendingStores.isEmpty { sendLiveStores() }
     }
 
@@ -281,7 +325,7 @@ extension Server {
         guard let live else { return }
         let now = clock()
         guard now >= live.rebuildRetryMs else { return }
-        let entries = table.ids.compactMap { id -> (key: UInt32, fd: Int32)? in
+        let entries = table.ids.compactMap { id -> (key: UInt64, fd: Int32)? in
             let serial = live.slot(id).serial
             return serial == 0 ? nil : (serial, table.slots[id]!.fd)
         }
@@ -343,6 +387,7 @@ extension Server {
         live.box = box
         live.boxed = n
         live.dead = 0
+        live.deadBytes = 0
         live.incomplete = n < entries.count
         live.toBox.removeAll()
         live.boxGeneration += 1
@@ -387,20 +432,34 @@ extension Server {
         return systemd.fdStoreMax - handOver.listenersInStore - live
     }
 
-    /// A compacted log generation: a snapshot of every open connection.
-    func rebuildLiveLog() {
+    /// A compacted log generation: a snapshot of every open connection, with
+    /// room for `reserve` bytes more. A connection that would take the
+    /// snapshot past half of `LiveStore.maximumLogBytes` is left out (a
+    /// crash closes it, where its partial frames would be cut).
+    func rebuildLiveLog(reserve: Int = 0) {
         guard let live else { return }
         var snapshot: [UInt8] = []
+        let budget = live.maximumLogBytes / 2 - LiveLog.headerSize - reserve
+        var left: [String] = []
         for id in table.ids {
             let serial = live.slot(id).serial
             guard serial != 0, let c = table.slots[id] else { continue }
-            snapshot += LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address)
-            snapshot += LiveLog.room(serial, room: relay.roomName(of: id), identity: relay.identity(of: id))
-            if !c.input.isEmpty { snapshot += LiveLog.input(serial, c.input) }
-            live.slots[id].loggedInput = !c.input.isEmpty
+            var records = LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address)
+            records += LiveLog.room(serial, room: relay.roomName(of: id), identity: relay.identity(of: id))
+            if !c.input.isEmpty { records += LiveLog.input(serial, c.input) }
             let torn = table.fanout.outboxes[id].torn
-            if torn > 0 { snapshot += LiveLog.torn(serial, table.fanout.outboxes[id].queue.withReadableBytes { Array($0.prefix(torn)) }) }
+            if torn > 0 { records += LiveLog.torn(serial, table.fanout.outboxes[id].queue.withReadableBytes { Array($0.prefix(torn)) }) }
+            guard snapshot.count + records.count <= budget else {
+                left.append(c.address)
+                continue
+            }
+            snapshot += records
+            live.slots[id].loggedInput = !c.input.isEmpty
             live.slots[id].loggedTorn = torn > 0
+        }
+        if !left.isEmpty {
+            logger.error("the live log (at most \(formatSize(live.maximumLogBytes))) cannot hold \(plural(left.count, "connection")) "
+                         + "(\(left.prefix(3).joined(separator: ", "))…): a crash would close them", ["REASON": "handover_failed"])
         }
         guard fdStoreRoom() >= 1 else {
             // No room for a second generation: the old one stays stored (its
@@ -413,7 +472,7 @@ extension Server {
             return
         }
         do {
-            let fd = try live.newLog(snapshot)
+            let fd = try live.newLog(snapshot, reserve: reserve)
             queueLiveStore(name: "livestate-\(live.logGeneration)", fd: fd,
                            thenRemove: live.logGeneration > handOver.previousLiveGeneration + 1 ? "livestate-\(live.logGeneration - 1)" : nil)
         } catch {
@@ -422,10 +481,24 @@ extension Server {
     }
 
     /// FDSTORE=1 of a copy of `fd` (ours stays in use), sent now if PID 1
-    /// takes it, else at the end of a later iteration.
+    /// takes it, else at the end of a later iteration. A store of the same
+    /// kind still waiting is superseded: it is dropped, and the new one
+    /// removes what that one would have removed (the generation PID 1 has).
     private func queueLiveStore(name: String, fd: Int32, thenRemove: String?) {
         guard let live else { return }
         guard let copy = try? Sys.blocking("fcntl(F_DUPFD_CLOEXEC)", { fcntl(fd, F_DUPFD_CLOEXEC, 0) }) else { return }
+        var thenRemove = thenRemove
+        let kind = name.prefix { $0 != "-" }
+        // A newer generation supersedes one PID 1 has not taken yet; a
+        // sibling box of the same generation (same name) does not.
+        if let i = live.pendingStores.firstIndex(where: { $0.name != name && $0.name.prefix { $0 != "-" } == kind }) {
+            let superseded = live.pendingStores.remove(at: i)
+            superseded.fds.forEach(Sys.close)
+            thenRemove = superseded.thenRemove
+            live.supersededStores += 1
+            live.inStore[superseded.name, default: 1] -= 1
+            if live.inStore[superseded.name] == 0 { live.inStore[superseded.name] = nil }
+        }
         live.pendingStores.append(.init(name: name, fds: [copy], thenRemove: thenRemove))
         live.inStore[name, default: 0] += 1  // counted from now: the old one goes only after it
         sendLiveStores()

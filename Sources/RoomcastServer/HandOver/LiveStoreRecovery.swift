@@ -10,16 +10,20 @@ extension Server {
     /// Nothing was handed over (a SIGKILL, a watchdog abort, a trap): the
     /// newest live log says which connections were alive and where; they
     /// come out of the live boxes (once each, by serial) and go back to
-    /// their rooms. The descriptors of closed connections are closed.
+    /// their rooms. The descriptors of closed connections are closed. A
+    /// damaged box (keys and descriptors that do not pair up) is served with
+    /// fresh state, as the graceful path does: its closed connections were
+    /// shut down, read EOF and go; copies in older boxes are told apart by
+    /// inode.
     /// - Returns: the summary for STATUS=.
     func restoreAfterCrash(_ stored: [(fd: Int32, name: String)], started: UInt64, after: String = "a crash") -> String {
-        var alive: [UInt32: LiveLog.Connection]?
+        var alive: [UInt64: LiveLog.Connection]?
         var problem: String?
         var newest: UInt32 = 0
         for s in stored where s.name.hasPrefix(HandOverName.liveStatePrefix) {
             defer { Sys.close(s.fd) }
             do throws(SystemError) {
-                let bytes = try StateFile.read(s.fd, limit: Self.maxStateBytes)
+                let bytes = try StateFile.read(s.fd, limit: handOver.maxStateBytes)
                 let generation = bytes.withUnsafeBytes { LiveLog.generation($0) } ?? 0
                 guard generation >= newest else { continue }
                 do throws(HandOverState.DecodeError) {
@@ -34,7 +38,9 @@ extension Server {
         }
         if alive == nil && problem == nil { problem = "handover_state_missing: no live log" }
         var restored = 0, dropped = 0
-        var seen = Set<UInt32>()
+        var seen = Set<UInt64>()
+        var seenSockets = Set<SocketIdentity>()
+        var fresh = 0
         let now = clock()
         for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
             let (entries, trouble) = HandOverBox.drain(b.fd)
@@ -45,6 +51,15 @@ extension Server {
                     continue
                 }
                 if let key = e.key { seen.insert(key) }
+                if let socket = SocketIdentity(e.fd), !seenSockets.insert(socket).inserted {
+                    Sys.close(e.fd)  // the same socket, from another box
+                    continue
+                }
+                if e.key == nil {
+                    // A damaged box: no key to find its state by.
+                    if restoreConnection(fd: e.fd, nil, now: now) != nil { restored += 1; fresh += 1 }
+                    continue
+                }
                 guard let alive else {
                     // No log to tell live from closed: all served with fresh
                     // state; a closed one was shut down, reads EOF and goes.
@@ -64,17 +79,33 @@ extension Server {
                 if c.dialect == .json, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
                 r.input = c.input
                 r.output = c.torn  // the rest of a frame the client got part of, before anything else
+                r.tornBytes = UInt64(c.torn.count)
                 if restoreConnection(fd: e.fd, r, now: now) != nil { restored += 1 }
             }
         }
         if let problem {
-            logger.warning("after \(after): \(problem)" + (alive == nil ? "; serving every connection in the live box with fresh state" : ""),
-                           ["REASON": String(problem.prefix { $0 != ":" })])
+            let served = alive == nil ? "; serving every connection in the live box with fresh state"
+                : fresh > 0 ? "; serving its \(plural(fresh, "connection")) with fresh state" : ""
+            logger.warning("after \(after): \(problem)" + served, ["REASON": String(problem.prefix { $0 != ":" })])
         }
         let ms = clock() - started
         let line = "restored \(plural(restored, "connection")) in \(plural(relay.roomCount, "room")) in \(ms) ms after \(after)"
         logger.info(line + " (\(plural(dropped, "descriptor")) of closed connections dropped)",
                     ["CLIENTS": String(restored), "ROOMS": String(relay.roomCount), "RESTORE_MS": String(ms)])
         return line
+    }
+}
+
+/// A socket's identity across descriptors (fstat(2) device and inode): the
+/// same connection reached through copies in two boxes.
+struct SocketIdentity: Hashable {
+    let device: UInt64
+    let inode: UInt64
+
+    init?(_ fd: Int32) {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
     }
 }

@@ -12,8 +12,14 @@ struct Outbox {
     var registration: Registration?
     /// Bytes owed to the peer from earlier passes (what the kernel refused),
     /// and frames of this pass that could not stay in the batch. Written
-    /// before the batch range.
+    /// before the batch range. This, after a send was tried, is what the
+    /// hard output limit counts (see `Fanout`).
     var queue = OutputQueue()
+    /// EPOLLOUT is armed for it (written only by `Server.setWriteInterest`):
+    /// the flush that writes its backlog disarms it, a partial flush of a
+    /// connection without it arms it. Not `!queue.isEmpty`: a range copied
+    /// into the queue during the pass is not a backlog the kernel refused.
+    var writeArmed = false
     /// This pass's frames for it: bytes `batchStart..<batchEnd` of
     /// `Fanout.batch` (none when equal). Reset by every flush.
     var batchStart = 0
@@ -36,7 +42,7 @@ struct Outbox {
     /// must resend them first, LiveStore.swift).
     var torn = 0
 
-    /// Bytes owed and not yet written.
+    /// Bytes owed and not yet written: its own queue and its range of the batch.
     var pending: Int { queue.count + batchEnd - batchStart }
     /// Relayed frames are queued for it: in use and not closing.
     @inline(__always) var takesFrames: Bool { state == .open || state == .draining }
@@ -58,9 +64,18 @@ struct Outbox {
 ///   room's frames came between) has its range copied into its queue first,
 ///   so order is kept.
 ///
-/// A recipient that would pass the hard output limit is closed, never
-/// written to again, and the broadcast goes on for everyone else
-/// (docs/protocol.md §6). It owns the outboxes and the batch; it never
+/// The hard output limit (docs/protocol.md §6) counts what a recipient
+/// holds of its own after the kernel took what it could: its queue, once
+/// this pass's send was tried. Its range of the batch does not count
+/// before that send: the batch is stored once for everyone, and a reader
+/// that keeps up takes it from there. So a burst read in one pass (a range
+/// larger than the limit) cuts nobody who reads; a reader that does not is
+/// closed when its own backlog would pass the limit, never written to
+/// again, and the broadcast goes on for everyone else. The check is made at
+/// the end-of-pass flush (`write`), and in a broadcast only when a range
+/// that stops being adjacent would have to be copied past the limit: it is
+/// then sent first (`settle`), so a recipient's own memory stays within the
+/// limit plus one frame. It owns the outboxes and the batch; it never
 /// changes a connection's state itself: it asks its table
 /// (`ConnectionTable.close`).
 final class Fanout: FrameSink {
@@ -127,7 +142,9 @@ final class Fanout: FrameSink {
         let hard = outputHardBytes
         let ltb = store(frame)
         var json: Range<Int>?? = nil  // the JSON form in the batch, made at most once
-        var overHard: [Int] = []
+        let tracksTorn = tracksTornFrames
+        var overHard: [(id: Int, pending: Int)] = []
+        var failed: [(id: Int, errno: Int32)] = []
         var newlyQueued: [Int] = []
         // Rare paths record into locals: touching the class's properties in
         // the closure costs dynamic exclusivity checks on every delivery.
@@ -142,19 +159,26 @@ final class Fanout: FrameSink {
                     tooLarge.append((m, n))
                     return
                 }
-                if boxes[m].pending + n > hard {
-                    overHard.append(m)
-                    return
-                }
-                count += 1
-                boxes[m].recent = true
                 if boxes[m].batchEnd == range.lowerBound && boxes[m].batchEnd > boxes[m].batchStart {
                     boxes[m].batchEnd = range.upperBound  // the next frame of its run: no work at all
                 } else {
-                    if boxes[m].batchEnd > boxes[m].batchStart { self.keep(&boxes[m]) }
+                    if boxes[m].batchEnd > boxes[m].batchStart {
+                        if boxes[m].pending > hard {
+                            // A copy past the limit: the kernel takes what it can first.
+                            switch self.settle(&boxes[m], hard: hard, tracksTorn: tracksTorn) {
+                            case .kept: break
+                            case .overLimit(let pending): overHard.append((m, pending)); return
+                            case .failed(let e): failed.append((m, e)); return
+                            }
+                        } else {
+                            self.keep(&boxes[m])
+                        }
+                    }
                     boxes[m].batchStart = range.lowerBound
                     boxes[m].batchEnd = range.upperBound
                 }
+                count += 1
+                boxes[m].recent = true
                 if !boxes[m].queued {
                     boxes[m].queued = true
                     newlyQueued.append(m)
@@ -180,10 +204,8 @@ final class Fanout: FrameSink {
         flushList.append(contentsOf: newlyQueued)
         for (m, bytes) in tooLarge { skips.append(Skip(kind: .overOutputLimit, address: address(of: m), bytes: bytes)) }
         if let bytes = jsonTooLarge { skips.append(Skip(kind: .overJSONLimit, address: address(of: sender), bytes: bytes)) }
-        for m in overHard {
-            table?.close(m, "slow consumer: \(outboxes[m].pending) bytes pending, the next frame would exceed "
-                         + "output_hard_bytes (\(formatSize(outputHardBytes)))", warning: "output_hard_limit")
-        }
+        for (m, pending) in overHard { closeOverLimit(m, pending: pending) }
+        for (m, e) in failed { table?.close(m, SystemError("send", errno: e).description) }
         deliveries &+= UInt64(count)
         return count
     }
@@ -206,6 +228,85 @@ final class Fanout: FrameSink {
         box.batchEnd = 0
     }
 
+    /// Forgets the batch range of `box` (a recipient being closed: what it
+    /// was owed is lost, docs/protocol.md §6).
+    private func dropRange(_ box: inout Outbox) {
+        box.batchStart = 0
+        box.batchEnd = 0
+    }
+
+    /// What `settle` did.
+    private enum Settled {
+        /// What the kernel refused is in the queue, within the limit.
+        case kept
+        /// Its own backlog, after the kernel took what it could, is over the
+        /// limit: `pending` bytes; its range was dropped.
+        case overLimit(pending: Int)
+        /// send(2) failed; its range was dropped.
+        case failed(Int32)
+    }
+
+    /// A range that stopped being adjacent would take the queue past the
+    /// hard limit if it were copied: the kernel takes what it can of queue
+    /// and range first (this pass's write attempt, made early), and only
+    /// the rest is copied. Rare: only a recipient whose pass holds more than
+    /// the limit and whose frames are not adjacent (JSON, several rooms).
+    @inline(never)
+    private func settle(_ box: inout Outbox, hard: Int, tracksTorn: Bool) -> Settled {
+        switch send(&box, keepCapacity: .max, tracksTorn: tracksTorn) {
+        case .all:
+            return .kept
+        case .failed(let e):
+            dropRange(&box)
+            return .failed(e)
+        case .blocked:
+            let pending = box.pending
+            if pending > hard {
+                dropRange(&box)
+                return .overLimit(pending: pending)
+            }
+            if box.batchEnd > box.batchStart { keep(&box) }
+            return .kept
+        }
+    }
+
+    /// How a send of what a recipient is owed ended.
+    private enum Sent { case all, blocked, failed(Int32) }
+
+    /// Sends what `box` is owed (its queue, then its batch range) with as
+    /// few send(2) calls as the kernel allows (one, when it takes
+    /// everything). Consumes what was written; copies nothing.
+    @inline(__always)
+    private func send(_ box: inout Outbox, keepCapacity: Int, tracksTorn: Bool) -> Sent {
+        let fd = box.fd
+        while box.pending > 0 {
+            let queued = box.queue.count
+            let range = box.batchStart..<box.batchEnd
+            let r = box.queue.withReadableBytes { q in
+                batch.withReadableBytes { Sys.send(fd, q, UnsafeRawBufferPointer(rebasing: $0[range])) }
+            }
+            switch r {
+            case .done(let n):
+                if tracksTorn { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
+                box.queue.consume(min(n, queued), keepCapacity: keepCapacity)
+                box.batchStart += max(0, n - queued)
+                if box.batchStart == box.batchEnd { (box.batchStart, box.batchEnd) = (0, 0) }
+            case .failed(let e):
+                return .failed(e)
+            case .wouldBlock, .endOfFile:
+                return .blocked
+            }
+        }
+        return .all
+    }
+
+    /// Closes `id`, whose own backlog passed `output_hard_bytes`, with the
+    /// warning the operator sees (docs/protocol.md §6).
+    private func closeOverLimit(_ id: Int, pending: Int) {
+        table?.close(id, "slow consumer: \(pending) bytes pending after the kernel took what it could, over "
+                     + "output_hard_bytes (\(formatSize(outputHardBytes)))", warning: "output_hard_limit")
+    }
+
     /// The end of a loop pass: every recipient was flushed (or closed), so
     /// no range points into the batch any more; it is emptied.
     func endPass() {
@@ -224,6 +325,10 @@ final class Fanout: FrameSink {
         /// The kernel refused the rest: `pending` bytes are now in its queue.
         /// `becameSlow`: the pending output just went above `softBytes`.
         case partial(pending: Int, hadBacklog: Bool, becameSlow: Bool)
+        /// The kernel refused the rest, and the `pending` bytes that are the
+        /// connection's own backlog now are over `output_hard_bytes`: it is
+        /// being closed (`ConnectionTable.close`); nothing was copied.
+        case overLimit(pending: Int)
         /// send(2) failed with this errno.
         case failed(Int32)
     }
@@ -235,46 +340,46 @@ final class Fanout: FrameSink {
     /// `keepCapacity` bytes of buffer for the next pass, and is noted for
     /// the sweep. The slow-consumer clock (`softSinceMs`) starts when the
     /// pending output goes above `softBytes` and stops when it is below.
+    /// When what the kernel refused is more than `output_hard_bytes`, the
+    /// connection is closed instead (`.overLimit`) and nothing is copied:
+    /// docs/protocol.md §6 counts its own backlog after this send, never
+    /// the pass's range before it.
     func write(_ id: Int, keepCapacity: Int, softBytes: Int = .max, nowMs: UInt64 = 0) -> Written {
         var retain = false
         let tracksTorn = tracksTornFrames
+        let hard = outputHardBytes
         let written: Written = outboxes.withUnsafeMutableBufferPointer { boxes in
             boxes[id].queued = false
             guard let state = boxes[id].state, state != .closing, boxes[id].pending > 0 else { return .nothing }
-            let fd = boxes[id].fd
-            let hadBacklog = !boxes[id].queue.isEmpty
-            while boxes[id].pending > 0 {
-                let queued = boxes[id].queue.count
-                let range = boxes[id].batchStart..<boxes[id].batchEnd
-                let r = boxes[id].queue.withReadableBytes { q in
-                    self.batch.withReadableBytes { Sys.send(fd, q, UnsafeRawBufferPointer(rebasing: $0[range])) }
+            let hadBacklog = boxes[id].writeArmed
+            switch self.send(&boxes[id], keepCapacity: keepCapacity, tracksTorn: tracksTorn) {
+            case .failed(let e):
+                self.dropRange(&boxes[id])
+                return .failed(e)
+            case .blocked:
+                // The hard limit counts what is left of its own, not what the pass held.
+                let pending = boxes[id].pending
+                if pending > hard {
+                    self.dropRange(&boxes[id])
+                    return .overLimit(pending: pending)
                 }
-                switch r {
-                case .done(let n):
-                    if tracksTorn { boxes[id].torn = n >= queued + range.count ? 0 : self.torn(after: n, of: boxes[id], range) }
-                    boxes[id].queue.consume(min(n, queued), keepCapacity: keepCapacity)
-                    boxes[id].batchStart += max(0, n - queued)
-                    if boxes[id].batchStart == boxes[id].batchEnd { (boxes[id].batchStart, boxes[id].batchEnd) = (0, 0) }
-                case .failed(let e):
-                    return .failed(e)
-                case .wouldBlock, .endOfFile:
-                    if !range.isEmpty { self.keep(&boxes[id]) }
-                    let pending = boxes[id].pending
-                    var becameSlow = false
-                    if pending <= softBytes {
-                        boxes[id].softSinceMs = nil
-                    } else if boxes[id].softSinceMs == nil {
-                        boxes[id].softSinceMs = nowMs
-                        becameSlow = true
-                    }
-                    return .partial(pending: pending, hadBacklog: hadBacklog, becameSlow: becameSlow)
+                if boxes[id].batchEnd > boxes[id].batchStart { self.keep(&boxes[id]) }
+                var becameSlow = false
+                if pending <= softBytes {
+                    boxes[id].softSinceMs = nil
+                } else if boxes[id].softSinceMs == nil {
+                    boxes[id].softSinceMs = nowMs
+                    becameSlow = true
                 }
+                return .partial(pending: pending, hadBacklog: hadBacklog, becameSlow: becameSlow)
+            case .all:
+                boxes[id].softSinceMs = nil
+                retain = boxes[id].queue.capacity > 0 && !boxes[id].retained
+                return .all(hadBacklog: hadBacklog, draining: state == .draining)
             }
-            boxes[id].softSinceMs = nil
-            retain = boxes[id].queue.capacity > 0 && !boxes[id].retained
-            return .all(hadBacklog: hadBacklog, draining: state == .draining)
         }
         if retain { retainDrainedBuffer(id) }
+        if case .overLimit(let pending) = written { closeOverLimit(id, pending: pending) }
         return written
     }
 

@@ -93,12 +93,22 @@ extension Server {
         let dialect = table.slots[id]!.dialect
         let wasPartial = !input.isEmpty
         var completed = false
+        // The crash log learns of the read before it is processed
+        // (LiveStore.swift): a crash while processing must not cut a frame.
+        let logs = live != nil
         if input.isEmpty {
-            let used = scratch.withUnsafeBytes { processFrames(dialect, id, UnsafeRawBufferPointer(rebasing: $0[0..<n]), now: now) }
+            let used = scratch.withUnsafeBytes { raw in
+                let bytes = UnsafeRawBufferPointer(rebasing: raw[0..<n])
+                if logs { logInput(dialect, id, bytes, newBytes: n) }
+                return processFrames(dialect, id, bytes, now: now)
+            }
             if used < n { input.append(contentsOf: scratch[used..<n]) }
         } else {
             input.append(contentsOf: scratch[0..<n])
-            let used = input.withUnsafeBytes { processFrames(dialect, id, $0, now: now) }
+            let used = input.withUnsafeBytes { bytes in
+                if logs { logInput(dialect, id, bytes, newBytes: n) }
+                return processFrames(dialect, id, bytes, now: now)
+            }
             completed = used > 0
             if used == input.count {
                 input = []
@@ -116,7 +126,29 @@ extension Server {
             heartbeats.jsonInput(id, partial: !input.isEmpty, startedNow: !wasPartial || completed, nowMs: now)
         }
         swap(&input, &table.slots[id]!.input)
-        if live != nil { liveInput(id) }  // a crash must not cut a frame in two (LiveStore.swift)
+    }
+
+    /// `Server.liveInput` for a read about to be processed: `bytes` is the
+    /// input with the read's `newBytes` at its end. A header over the limit
+    /// logs nothing: the connection is closed.
+    private func logInput(_ dialect: Dialect, _ id: Int, _ bytes: UnsafeRawBufferPointer, newBytes: Int) {
+        let whole = dialect == .json ? wholeFrames(JSONInput.self, bytes) : wholeFrames(LTBInput.self, bytes)
+        if let whole { liveInput(id, bytes, newBytes: newBytes, wholeFrames: whole) }
+    }
+
+    /// The bytes of the whole frames at the start of `bytes` (headers only
+    /// are read); nil when a header claims more than the limit.
+    private func wholeFrames<Codec: InputCodec>(_: Codec.Type, _ bytes: UnsafeRawBufferPointer) -> Int? {
+        let limit = Codec.maxFrameBytes(config)
+        var offset = 0
+        while offset < bytes.count {
+            switch Codec.parse(UnsafeRawBufferPointer(rebasing: bytes[offset...]), config, maxFrameBytes: limit) {
+            case .needMore: return offset
+            case .tooLarge: return nil
+            case .frame(_, let length): offset += Codec.headerSize + length
+            }
+        }
+        return offset
     }
 
     private func processFrames(_ dialect: Dialect, _ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
@@ -139,6 +171,7 @@ extension Server {
             case .frame(let type, let length):
                 let size = Codec.headerSize + length
                 offset += size
+                beforeFrame?(id)
                 status.framesIn &+= 1
                 heartbeats.touch(id, Codec.dialect, nowMs: now)
                 if withinRateLimits(id, bytes: size, type: Codec.frameType(type), now: now) {

@@ -19,13 +19,16 @@ extension Server {
     /// Writes what `id` is owed (`Fanout.write`: one send of its backlog and
     /// this pass's frames); arms EPOLLOUT only when the kernel refused
     /// bytes, disarms it when the queue drains. A draining connection that
-    /// is done is closed.
+    /// is done is closed; one whose own backlog is then over
+    /// `output_hard_bytes` is closed by the fan-out (docs/protocol.md §6).
     func flush(_ id: Int, now: UInt64) {
         switch table.fanout.write(id, keepCapacity: Self.retainedOutputBytes, softBytes: config.limits.outputSoftBytes, nowMs: now) {
         case .nothing:
             break
         case .failed(let e):
             table.close(id, SystemError("send", errno: e).description)
+        case .overLimit:
+            break  // closed by the fan-out, with the slow-consumer warning
         case .all(let hadBacklog, let draining):
             if hadBacklog && live != nil { liveTorn(id) }  // a torn frame is written now
             if draining {
@@ -44,6 +47,7 @@ extension Server {
     /// while open, for input. Costs no system call when nothing changes.
     func setWriteInterest(_ id: Int, _ on: Bool) {
         guard let r = table.fanout.outboxes[id].registration else { return }
+        table.fanout.outboxes[id].writeArmed = on
         do {
             // No reading while a hand-over flushes (HandOver.swift).
             try selector.setInterest(r, readable: table.isOpen(id) && !handOver.pending, writable: on)

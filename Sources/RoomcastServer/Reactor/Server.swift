@@ -66,6 +66,9 @@ public final class Server {
     var cluster: ClusterLink?
     /// The read buffer: whole frames are relayed straight from it (Input.swift).
     var scratch: [UInt8]
+    /// Tests only: called with the connection id before each whole frame
+    /// read is handled (what a crash at that moment would leave).
+    var beforeFrame: ((Int) -> Void)?
     /// Connections whose output is above `output_soft_bytes` (Output.swift).
     var overSoft: [Int] = []
     /// Connections flushing owed output before they close (ConnectionLifecycle.swift).

@@ -77,11 +77,14 @@ func probeRelay(_ d: Daemon, from a: TestClient, to b: TestClient, seconds: Int)
     return probe
 }
 
-/// The longest pause between relayed texts these tests accept, in ms. A
-/// stall they guard against lasts the whole stall (4 s or more); the daemon's
-/// own work on a burst of 3,000 joins takes up to about 0.7 s under
-/// AddressSanitizer (`make test-asan`), which is slower than a plain build.
-let maxRelayGapMs: Int64 = sanitizer == nil ? 500 : 2_000
+/// The longest pause between relayed texts these tests accept, in ms: half
+/// the stall. A stall they guard against freezes the loop for the whole stall
+/// (4 s, or 10 s in `make test`), so it shows as one gap at least that long;
+/// anything shorter is the machine, not the daemon (on this 2-core machine, at
+/// load average 11, a healthy daemon showed gaps of 554 and 568 ms, and
+/// 3,000 joins under AddressSanitizer take about 0.7 s). A speed target
+/// belongs in `make bench`, not here.
+let maxRelayGapMs = Int64(stallSeconds) * 1_000 / 2
 
 @Suite("A stalled systemd, journald or stderr does not freeze the rooms ", .serialized)
 struct StalledOutputIntegrationTests {
