@@ -182,7 +182,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log", "cluster"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 33)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 37)
     }
 
     /// The operator's documentation names every key: the table of

@@ -27,6 +27,10 @@ struct StatusReporter {
     var framesIn: UInt64 = 0
     /// Connections closed for a heartbeat timeout.
     var evictions: UInt64 = 0
+    /// Connections refused at accept for coming from outside `proxy_from`.
+    var proxyRefused: UInt64 = 0
+    /// Connections closed for a missing, late or malformed PROXY header.
+    var proxyHeaderFailures: UInt64 = 0
 
     private var nextStatusMs: UInt64 = .max
     private var lastStatus = (ms: UInt64(0), framesIn: UInt64(0), deliveries: UInt64(0))
@@ -107,6 +111,8 @@ struct StatusReporter {
         let message = "stats: \(f.clients) clients, \(f.rooms) rooms, \(fin) frames in (\(Int((Double(fin) / seconds).rounded()))/s), "
             + "\(fout) frames out (\(Int((Double(fout) / seconds).rounded()))/s), \(evictions &- lastStats.evictions) evicted"
             + (f.cluster.map { "; \($0.summary), \($0.late) late" } ?? "")
+            + (proxyRefused + proxyHeaderFailures > 0
+               ? "; PROXY: \(proxyRefused) refused (proxy_from), \(proxyHeaderFailures) bad headers (total)" : "")
         lastStats = (nowMs, framesIn, f.deliveries, evictions)
         setStatsInterval(statsIntervalMs, nowMs: nowMs)
         return (message, f.clients, f.rooms)
