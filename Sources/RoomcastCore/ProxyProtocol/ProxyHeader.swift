@@ -46,6 +46,13 @@ public enum ProxyHeader {
         public var destination: Endpoint?
         /// The header's size in bytes: the client's first byte follows it.
         public var length: Int
+
+        public init(version: Int, source: Endpoint?, destination: Endpoint?, length: Int) {
+            self.version = version
+            self.source = source
+            self.destination = destination
+            self.length = length
+        }
     }
 
     /// Why a header is refused.
@@ -117,14 +124,17 @@ public enum ProxyHeader {
     private static func parseV1(_ b: UnsafeRawBufferPointer) -> Step {
         let prefixed = min(b.count, v1Prefix.count)
         for i in 0..<prefixed where b[i] != v1Prefix[i] { return .invalid(.badSignature) }
-        // The line ends at the first CR, which must be followed by LF.
+        // The line ends at the first CR, which must be followed by LF, the
+        // two within 107 bytes; a bare LF is not an end.
         var end: Int?
-        for i in 0..<min(b.count, v1MaxBytes) where b[i] == 0x0D {
+        for i in 0..<min(b.count, v1MaxBytes) where b[i] == 0x0D || b[i] == 0x0A {
+            guard b[i] == 0x0D else { return .invalid(.v1BadFields) }
             end = i
             break
         }
         guard let cr = end else { return b.count >= v1MaxBytes ? .invalid(.v1TooLong) : .needMore }
-        guard cr + 1 < b.count else { return cr + 2 > v1MaxBytes ? .invalid(.v1TooLong) : .needMore }
+        guard cr + 2 <= v1MaxBytes else { return .invalid(.v1TooLong) }
+        guard cr + 1 < b.count else { return .needMore }
         guard b[cr + 1] == 0x0A, cr >= v1Prefix.count else { return .invalid(.v1BadFields) }
         let line = Array(b[v1Prefix.count..<cr])
         let fields = line.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
