@@ -64,7 +64,7 @@ SHELL       := /bin/bash
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzProxyHeader
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 

@@ -57,6 +57,7 @@ let package = Package(
         .executableTarget(name: "FuzzFrameDecoder", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzFrameDecoder"),
         .executableTarget(name: "FuzzProto2", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProto2"),
         .executableTarget(name: "FuzzConfig", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzConfig"),
+        .executableTarget(name: "FuzzProxyHeader", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProxyHeader"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "CShim"]),
