@@ -41,8 +41,10 @@ SWIFT      ?= swift
 # (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
 # libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
-# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server
+# redis-cli) for the cluster tests, which start their own on ephemeral loopback ports;
+# haproxy and openssl for the PROXY protocol test (HAProxy terminating TLS in front, a
+# certificate made at test time).
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server haproxy openssl
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
