@@ -44,8 +44,10 @@ SWIFT      ?= swift
 # redis-cli) for the cluster tests, which start their own on ephemeral loopback ports;
 # libssl-dev for the COpenSSL target (libssl and libcrypto: the WebSocket handshake's
 # SHA-1 and base64, HMAC-SHA256 and Ed25519 of signed joins, TLS), and PyPI
-# pyjwt + cryptography, with which the signed-join tests mint their tokens.
-DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server libssl-dev
+# pyjwt + cryptography, with which the signed-join tests mint their tokens; haproxy and
+# openssl for the PROXY protocol test (HAProxy terminating TLS in front, a certificate
+# made at test time).
+DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server libssl-dev haproxy openssl
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
@@ -67,7 +69,7 @@ SHELL       := /bin/bash
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 
@@ -95,7 +97,9 @@ deps:
 	    || ! command -v scdoc >/dev/null \
 	    || ! command -v mandoc >/dev/null \
 	    || ! command -v ip >/dev/null \
-	    || ! command -v unshare >/dev/null; then \
+	    || ! command -v unshare >/dev/null \
+	    || ! command -v haproxy >/dev/null \
+	    || ! command -v openssl >/dev/null; then \
 	    echo "deps: installing $(DEB_PACKAGES)"; \
 	    $(SUDO) apt-get update -q; \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES); \

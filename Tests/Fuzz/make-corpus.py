@@ -124,3 +124,29 @@ websocket = {
 }
 for name, data in websocket.items():
     write("FuzzWebSocket", name, data)
+
+# PROXY protocol headers (docs/protocol.md section 14; HAProxy's proxy-protocol.txt), alone and
+# followed by a client's first frame, and the proxy_from prefixes.
+SIG = b"\r\n\r\n\x00\r\nQUIT\n"
+def v2(cmd, fam, body): return SIG + bytes([cmd, fam]) + struct.pack(">H", len(body)) + body
+ff = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+proxy = {
+    "v1-tcp4": b"PROXY TCP4 192.0.2.7 198.51.100.1 51234 9898\r\n",
+    "v1-tcp4-worst": b"PROXY TCP4 255.255.255.255 255.255.255.255 65535 65535\r\n",
+    "v1-tcp6": b"PROXY TCP6 2001:db8::7 ::1 51234 9898\r\n",
+    "v1-unknown": b"PROXY UNKNOWN\r\n",
+    "v1-unknown-worst": ("PROXY UNKNOWN %s %s 65535 65535\r\n" % (ff, ff)).encode(),
+    "v1-then-frame": b"PROXY TCP4 192.0.2.7 198.51.100.1 51234 9898\r\n\x05\x00\x00\x00\x02\x00hello",
+    "v1-bad-port": b"PROXY TCP4 192.0.2.7 198.51.100.1 080 9898\r\n",
+    "v2-tcp4": v2(0x21, 0x11, bytes([192, 0, 2, 7, 198, 51, 100, 1]) + struct.pack(">HH", 51234, 9898)),
+    "v2-tcp6-tlv": v2(0x21, 0x21, bytes(15) + b"\x07" + bytes(15) + b"\x01" + struct.pack(">HH", 443, 9898)
+                      + b"\x01\x00\x02h2\x04\x00\x01\x00"),
+    "v2-local": v2(0x20, 0x00, b""),
+    "v2-unix": v2(0x21, 0x31, bytes(216)),
+    "v2-short": v2(0x21, 0x11, bytes(8)),
+    "v2-then-json": v2(0x21, 0x11, bytes([10, 0, 0, 1, 10, 0, 0, 2, 0, 80, 0, 81])) + b"\x02\x00\x00\x00{}",
+    "prefix-v4": b"10.0.0.0/8",
+    "prefix-v6": b"fd00::/8",
+}
+for name, data in proxy.items():
+    write("FuzzProxyHeader", name, data)

@@ -14,6 +14,8 @@ extension Config {
         /// `tcp_keepalive`: idle time before TCP keepalive probes on JSON
         /// connections, so dead peers are still found; 0 = off. Default 60s.
         public var tcpKeepaliveMs: UInt64
+        /// `proxy_protocol` and `proxy_from` for the JSON listeners (ProxyKeys.swift).
+        public var proxy: ProxySettings = .off
     }
 }
 
@@ -30,12 +32,13 @@ extension SectionSpec {
         KeySpec(name: "tcp_keepalive") { c, v throws(ValueError) in
             c.json.tcpKeepaliveMs = try duration(v, 0...(2 * 3_600_000))
         },
-    ])
+    ] + Config.ProxySettings.keys(\.json.proxy))
 }
 
 extension Config {
     /// `[json]`'s rules: the JSON timeout above the tick, keepalive in whole seconds.
     func checkJSONRules(_ rule: RuleContext) throws(ConfigError) {
+        try json.proxy.check("json", rule)
         if json.heartbeatTimeoutMs != 0 && heartbeat.tickMs >= json.heartbeatTimeoutMs {
             throw rule.fail(["json.heartbeat_timeout", "heartbeat.tick"],
                             "heartbeat.tick (\(formatDuration(ms: heartbeat.tickMs))) must be less than "

@@ -15,6 +15,8 @@ extension Config {
         /// `max_clients_per_ip`: simultaneous connections from one IP
         /// address, 0 ... 1048576; 0 = no limit (default).
         public var maxClientsPerIP: Int
+        /// `proxy_protocol` and `proxy_from` for the LTB listeners (ProxyKeys.swift).
+        public var proxy: ProxySettings = .off
     }
 }
 
@@ -35,12 +37,13 @@ extension SectionSpec {
         KeySpec(name: "max_clients_per_ip") { c, v throws(ValueError) in
             c.server.maxClientsPerIP = try integer(v, 0...1_048_576)
         },
-    ])
+    ] + Config.ProxySettings.keys(\.server.proxy))
 }
 
 extension Config {
     /// `[server]`'s rules across sections.
     func checkServerRules(_ rule: RuleContext) throws(ConfigError) {
+        try server.proxy.check("server", rule)
         if server.defaultRoom.utf8.count > self.protocol.maxRoomBytes {
             throw rule.fail(["server.default_room", "protocol.max_room_bytes"],
                             "server.default_room is \(server.defaultRoom.utf8.count) bytes, over protocol.max_room_bytes "

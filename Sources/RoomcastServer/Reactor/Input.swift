@@ -86,7 +86,7 @@ extension Server {
     /// Handles `count` freshly read bytes in `scratch`. Whole frames are
     /// relayed straight from the read buffer; only a trailing partial frame
     /// is copied into the connection's own input buffer.
-    private func consume(_ id: Int, count n: Int) {
+    func consume(_ id: Int, count n: Int) {
         var input: [UInt8] = []
         swap(&input, &table.slots[id]!.input)
         let now = clock()

@@ -22,6 +22,8 @@ struct Listeners {
     var pausedUntil: UInt64?
     /// A pause was logged and its end is not yet.
     var pauseEpisode = false
+    /// Connections on `proxy_protocol` listeners still owing their header.
+    var pending = PendingProxyHeaders()
 
     /// Retry delay while accepting is paused for lack of descriptors, in ms.
     static let acceptRetryMs: UInt64 = 100
@@ -100,6 +102,10 @@ extension Server {
                 logger.notice("accepting connections again (\(table.count) clients)")
             }
             let address = Socket.format(accepted.peer)
+            if proxySettings(listener.dialect).enabled {
+                acceptProxied(accepted.fd, listener.dialect, proxyAddress: address, now: now)
+                continue
+            }
             guard admit(address, now: now) else {
                 Sys.close(accepted.fd)
                 continue
@@ -110,8 +116,9 @@ extension Server {
     }
 
     /// `server.max_clients` and `server.max_clients_per_ip`; a refusal is a
-    /// (rate-limited) warning.
-    private func admit(_ address: String, now: UInt64) -> Bool {
+    /// (rate-limited) warning. Behind a proxy, `address` is the one its
+    /// PROXY header gave.
+    func admit(_ address: String, now: UInt64) -> Bool {
         if table.count >= config.server.maxClients {
             logger.peerWarning(reason: "max_clients", nowMs: now,
                                "refused \(address): server.max_clients (\(config.server.maxClients)) reached",
@@ -158,6 +165,7 @@ extension Server {
 
     /// Closes every listener (stop): no new connections.
     func closeListeners() {
+        dropAllPending()
         for l in listeners.all {
             if let r = l.registration { selector.deregister(r) }
             Sys.close(l.fd)

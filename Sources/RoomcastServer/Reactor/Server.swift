@@ -38,6 +38,8 @@ public final class Server {
     enum Source {
         case connection(Int)
         case listener(Int)
+        /// A connection that owes its PROXY header (ProxyHeaders.swift).
+        case proxyHeader(Int)
         case signal
         /// A Redis connection of the cluster (`RedisConnection.Role`).
         case cluster(Int)
@@ -169,6 +171,7 @@ public final class Server {
             switch source {
             case .connection(let id): connectionReady(id, readiness)
             case .listener(let index): acceptConnections(index)
+            case .proxyHeader(let slot): readProxyHeader(slot)
             case .signal: readSignals()
             case .cluster(let index): cluster?.ready(index, readiness)
             }
@@ -190,6 +193,7 @@ public final class Server {
     private func waitTimeout(now: UInt64) -> UInt64 {
         var deadline = min(status.deadline(clients: table.count), nextSweepMs)
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
+        if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
@@ -223,6 +227,7 @@ public final class Server {
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty { checkDrainDeadlines(now: now) }
         resumeAcceptingIfDue(now: now)
+        if listeners.pending.count > 0 { expireProxyHeaders(now: now) }
         cluster?.runTimers(now: now)
         if status.watchdogDue(nowMs: now) { systemd.notify("WATCHDOG=1") }
         if let line = status.statusDue(nowMs: now, figures) {

@@ -31,6 +31,10 @@ struct StatusReporter {
     var framesIn: UInt64 = 0
     /// Connections closed for a heartbeat timeout.
     var evictions: UInt64 = 0
+    /// Connections refused at accept for coming from outside `proxy_from`.
+    var proxyRefused: UInt64 = 0
+    /// Connections closed for a missing, late or malformed PROXY header.
+    var proxyHeaderFailures: UInt64 = 0
 
     private var nextStatusMs: UInt64 = .max
     private var lastStatus = (ms: UInt64(0), framesIn: UInt64(0), deliveries: UInt64(0))
@@ -113,6 +117,8 @@ struct StatusReporter {
             + "\(fout) frames out (\(Int((Double(fout) / seconds).rounded()))/s), \(evictions &- lastStats.evictions) evicted"
             + (f.cluster.map { "; \($0.summary), \($0.late) late, \($0.stale) stale, \($0.misrouted) misrouted" } ?? "")
             + (f.authRefusals.map { "; auth: \($0) refused, \(f.tokensExpired) expired" } ?? "")
+            + (proxyRefused + proxyHeaderFailures > 0
+               ? "; PROXY: \(proxyRefused) refused (proxy_from), \(proxyHeaderFailures) bad headers (total)" : "")
         lastStats = (nowMs, framesIn, f.deliveries, evictions)
         setStatsInterval(statsIntervalMs, nowMs: nowMs)
         return (message, f.clients, f.rooms)

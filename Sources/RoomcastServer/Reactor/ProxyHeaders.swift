@@ -1,0 +1,209 @@
+import Glibc
+import RoomcastCore
+import RoomcastIO
+
+/// Connections accepted on a listener with `proxy_protocol = yes` whose
+/// PROXY header (docs/protocol.md §14) has not arrived yet. They are not
+/// clients: no slot in the connection table, no room, no heartbeat, no
+/// per-IP count, until the header names the client. Each has
+/// `headerTimeoutMs` to send it.
+struct PendingProxyHeaders {
+    struct Pending {
+        var fd: Int32
+        var dialect: Dialect
+        /// The proxy's address, `1.2.3.4:P` or `[::1]:P` (what accept(2) saw).
+        var proxyAddress: String
+        /// The bytes received so far (a header prefix; at most 16 + 65535 bytes,
+        /// the longest v2 header, plus what one read brings after it).
+        var bytes: [UInt8] = []
+        var registration: Registration?
+        /// Tells a reused slot from the one a deadline was set for.
+        var serial: UInt64
+    }
+
+    /// Time to send a complete header, in ms (docs/protocol.md §14).
+    static let headerTimeoutMs: UInt64 = 5_000
+    /// Proxies remembered for the once-a-minute refusal log line, at most.
+    static let refusalMemory = 4_096
+
+    var slots: [Pending?] = []
+    private var free: [Int] = []
+    /// (slot, serial, deadline in ms), in accept order, hence in deadline order.
+    private var deadlines: [(slot: Int, serial: UInt64, deadline: UInt64)] = []
+    private var head = 0
+    private var nextSerial: UInt64 = 0
+    private(set) var count = 0
+    /// When each refused peer IP was last logged, in ms (`proxy_from`).
+    var refusalLogged: [Substring: UInt64] = [:]
+
+    mutating func add(_ fd: Int32, _ dialect: Dialect, proxyAddress: String, now: UInt64) -> Int {
+        nextSerial &+= 1
+        let slot = free.popLast() ?? { slots.append(nil); return slots.count - 1 }()
+        slots[slot] = Pending(fd: fd, dialect: dialect, proxyAddress: proxyAddress, serial: nextSerial)
+        deadlines.append((slot, nextSerial, now + Self.headerTimeoutMs))
+        count += 1
+        return slot
+    }
+
+    /// Frees `slot` (its descriptor is the caller's).
+    mutating func remove(_ slot: Int) -> Pending? {
+        guard slots.indices.contains(slot), let p = slots[slot] else { return nil }
+        slots[slot] = nil
+        free.append(slot)
+        count -= 1
+        if count == 0 { deadlines.removeAll(keepingCapacity: true); head = 0 }
+        return p
+    }
+
+    /// The earliest deadline still pending, in ms.
+    mutating func nextDeadline() -> UInt64? {
+        dropStale()
+        return head < deadlines.count ? deadlines[head].deadline : nil
+    }
+
+    /// The slots whose deadline is at or before `now`.
+    mutating func expired(now: UInt64) -> [Int] {
+        var out: [Int] = []
+        while true {
+            dropStale()
+            guard head < deadlines.count, deadlines[head].deadline <= now else { break }
+            out.append(deadlines[head].slot)
+            head += 1
+        }
+        if head > 64 && head * 2 > deadlines.count { deadlines.removeFirst(head); head = 0 }
+        return out
+    }
+
+    private mutating func dropStale() {
+        while head < deadlines.count, slots[deadlines[head].slot]?.serial != deadlines[head].serial { head += 1 }
+    }
+}
+
+extension Server {
+    /// The PROXY settings of the listeners that speak `dialect`.
+    func proxySettings(_ dialect: Dialect) -> Config.ProxySettings {
+        dialect == .json ? config.json.proxy : config.server.proxy
+    }
+
+    /// An accepted connection on a `proxy_protocol` listener: refused unless
+    /// its peer is in `proxy_from`, else it waits for its header.
+    func acceptProxied(_ fd: Int32, _ dialect: Dialect, proxyAddress: String, now: UInt64) {
+        let ip = Connection.ip(of: proxyAddress)
+        let bare = ip.hasPrefix("[") ? ip.dropFirst().dropLast() : ip
+        let bytes = IPAddressText.parseIPv4(bare) ?? IPAddressText.parseIPv6(bare) ?? []
+        guard proxySettings(dialect).allows(bytes) else {
+            status.proxyRefused &+= 1
+            logProxyRefusal(ip, proxyAddress, dialect, now: now)
+            Sys.close(fd)
+            return
+        }
+        if table.count + listeners.pending.count >= config.server.maxClients {
+            logger.peerWarning(reason: "max_clients", nowMs: now,
+                               "refused \(proxyAddress): server.max_clients (\(config.server.maxClients)) reached",
+                               ["CLIENT_ADDR": proxyAddress])
+            Sys.close(fd)
+            return
+        }
+        let slot = listeners.pending.add(fd, dialect, proxyAddress: proxyAddress, now: now)
+        do {
+            listeners.pending.slots[slot]!.registration = try selector.register(fd, .proxyHeader(slot))
+        } catch {
+            logger.error("cannot watch \(proxyAddress)", ["CLIENT_ADDR": proxyAddress, "REASON": "epoll_failed", "DETAIL": error.description])
+            _ = listeners.pending.remove(slot)
+            Sys.close(fd)
+        }
+    }
+
+    /// Once per minute per peer IP (a scan from outside must not flood the journal).
+    private func logProxyRefusal(_ ip: Substring, _ address: String, _ dialect: Dialect, now: UInt64) {
+        if let last = listeners.pending.refusalLogged[ip], now &- last < 60_000 { return }
+        if listeners.pending.refusalLogged.count >= PendingProxyHeaders.refusalMemory {
+            listeners.pending.refusalLogged = listeners.pending.refusalLogged.filter { now &- $0.value < 60_000 }
+            if listeners.pending.refusalLogged.count >= PendingProxyHeaders.refusalMemory { return }
+        }
+        listeners.pending.refusalLogged[Substring(String(ip))] = now
+        let section = dialect == .json ? "json" : "server"
+        logger.warning("refused \(address): not in \(section).proxy_from (logged once a minute per address)",
+                       ["CLIENT_ADDR": address, "REASON": "proxy_from"])
+    }
+
+    /// Reads what a pending connection sent; a complete header turns it
+    /// into a client, whose bytes after the header are its first input.
+    func readProxyHeader(_ slot: Int) {
+        guard let p = listeners.pending.slots[slot] else { return }
+        let result = scratch.withUnsafeMutableBytes { Sys.read(p.fd, $0.baseAddress!, $0.count) }
+        let now = clock()
+        switch result {
+        case .done(let n):
+            listeners.pending.slots[slot]!.bytes.append(contentsOf: scratch[0..<n])
+        case .wouldBlock:
+            return
+        case .endOfFile:
+            if p.bytes.isEmpty {
+                // A proxy's TCP health check: connect, close.
+                logger.debug("\(p.proxyAddress) closed before a PROXY header", ["CLIENT_ADDR": p.proxyAddress])
+                dropPending(slot)
+            } else {
+                failProxyHeader(slot, "closed after \(p.bytes.count) bytes of an incomplete PROXY header", now: now)
+            }
+            return
+        case .failed(let e):
+            logger.debug("\(p.proxyAddress): \(SystemError("read", errno: e).description) before a PROXY header",
+                         ["CLIENT_ADDR": p.proxyAddress])
+            dropPending(slot)
+            return
+        }
+        let step = listeners.pending.slots[slot]!.bytes.withUnsafeBytes { ProxyHeader.parse($0) }
+        switch step {
+        case .needMore:
+            return
+        case .invalid(let failure):
+            failProxyHeader(slot, failure.description, now: now)
+        case .header(let header):
+            let p = listeners.pending.remove(slot)!
+            if let r = p.registration { selector.deregister(r) }
+            let address = header.source?.text ?? p.proxyAddress
+            guard admit(address, now: now) else {
+                Sys.close(p.fd)
+                return
+            }
+            Socket.configureClient(p.fd, dialect: p.dialect, config: config)
+            guard let id = open(fd: p.fd, dialect: p.dialect, address: address, now: now) else { return }
+            logger.debug("PROXY v\(header.version) header from \(p.proxyAddress)", ["CLIENT_ADDR": address, "PROXY_ADDR": p.proxyAddress])
+            let rest = p.bytes.count - header.length
+            if rest > 0 {
+                // The client's first bytes came with the header: they are its input.
+                scratch.replaceSubrange(0..<rest, with: p.bytes[header.length...])
+                consume(id, count: rest)
+            }
+        }
+    }
+
+    /// Closes pending connections whose header is overdue.
+    func expireProxyHeaders(now: UInt64) {
+        for slot in listeners.pending.expired(now: now) {
+            let got = listeners.pending.slots[slot]?.bytes.count ?? 0
+            failProxyHeader(slot, "no complete PROXY header within \(formatDuration(ms: PendingProxyHeaders.headerTimeoutMs))"
+                            + (got > 0 ? " (\(got) bytes received)" : ""), now: now)
+        }
+    }
+
+    private func failProxyHeader(_ slot: Int, _ why: String, now: UInt64) {
+        guard let p = listeners.pending.slots[slot] else { return }
+        status.proxyHeaderFailures &+= 1
+        logger.peerWarning(reason: "proxy_header", nowMs: now, "\(p.proxyAddress): \(why); closing",
+                           ["CLIENT_ADDR": p.proxyAddress, "DETAIL": why])
+        dropPending(slot)
+    }
+
+    private func dropPending(_ slot: Int) {
+        guard let p = listeners.pending.remove(slot) else { return }
+        if let r = p.registration { selector.deregister(r) }
+        Sys.close(p.fd)
+    }
+
+    /// Closes every pending connection (stop).
+    func dropAllPending() {
+        for slot in listeners.pending.slots.indices { dropPending(slot) }
+    }
+}
