@@ -11,6 +11,9 @@ public struct MessageTypes: Equatable, Sendable {
     public var gift: UInt16 = 3
     /// Heartbeat, body ignored, never relayed (default 8; the daemon's `heartbeat_type`).
     public var heartbeat: UInt16 = 8
+    /// Server notice, body `Notice`, sent by the daemon only: why it refused a
+    /// frame (default 9; the daemon's `notice_type`, docs/protocol.md §13).
+    public var notice: UInt16 = 9
     /// The original phone clients' codes, roomcastd's defaults.
     public init() {}
 }

@@ -10,6 +10,10 @@ public enum ClientEvent: Equatable, Sendable {
     case text(ChatMessage)
     /// A gift.
     case gift(GiftMessage)
+    /// A notice from the daemon itself (docs/protocol.md §13): why it refused
+    /// one of this client's frames (`token_required`, `identity_mismatch` ...),
+    /// and whether and when a retry may succeed.
+    case notice(Notice)
     /// A frame of any other type, relayed unchanged by the daemon.
     case opaque(type: UInt16, body: [UInt8])
     /// A join/leave/text/gift frame whose body does not decode (possible only

@@ -358,6 +358,7 @@ public final class RoomcastClient {
             case types.heartbeat: return nil  // roomcastd never relays them; other servers might echo them
             case types.join: return .join(try UserInfo(protobuf: frame.body))
             case types.leave: return .leave(try UserInfo(protobuf: frame.body))
+            case types.notice: return .notice(try Notice(protobuf: frame.body))
             case types.text: return .text(try ChatMessage(protobuf: frame.body))
             case types.gift: return .gift(try GiftMessage(protobuf: frame.body))
             default: return .opaque(type: frame.type, body: frame.body)

@@ -46,6 +46,11 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     // the cycle on the way out (LeakSanitizer reports it otherwise).
     defer { client = nil }
     client = RoomcastClient(loop: loop, configuration: configuration, onEvent: { event in
+        if !echoed, failure == nil, case .notice(let notice) = event {
+            failure = "refused: " + describe(notice)  // the daemon says why (docs/protocol.md §13)
+            client.close()
+            return
+        }
         guard !echoed, event == expected else { return }
         echoed = true  // relayed: the daemon sent it back byte for byte
         try? client.leave()

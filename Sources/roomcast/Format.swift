@@ -59,9 +59,16 @@ func describe(_ event: ClientEvent, room: String?) -> String {
     case .leave(let user): return "\(sanitized(user.name)) left\(roomSuffix(user))"
     case .text(let message): return "\(sanitized(message.user.name)): \(sanitized(message.text))"
     case .gift(let gift): return "\(sanitized(gift.user.name)) sent \(gift.giftcount) x \(sanitized(gift.giftname))"
+    case .notice(let n): return "server notice: " + describe(n)
     case .opaque(let type, let body): return "frame type \(type), \(body.count) bytes"
     case .malformed(let type, let body, let error): return "malformed frame type \(type), \(body.count) bytes: \(error)"
     }
+}
+
+/// A notice as one phrase: `token_invalid: signature does not verify (retry in 2 s)`.
+func describe(_ n: Notice) -> String {
+    sanitized(n.code) + (n.text.map { ": " + sanitized($0) } ?? "")
+        + (n.retryAfterMs.map { " (retry in \(seconds(UInt64(max(0, $0)))))" } ?? "")
 }
 
 /// A JSON string literal (RoomcastCore's escaping).
@@ -84,6 +91,9 @@ func jsonLine(_ event: ClientEvent, room: String?) -> String {
     case .gift(let g):
         return "{\"type\":\"gift\",\(head),\"user\":\(json(g.user)),\"giftname\":\(jsonString(g.giftname)),"
             + "\"giftURL\":\(jsonString(g.giftURL)),\"giftcount\":\(g.giftcount)}"
+    case .notice(let n):
+        return "{\"type\":\"notice\",\(head),\"code\":\(jsonString(n.code))" + (n.text.map { ",\"text\":\(jsonString($0))" } ?? "")
+            + (n.retryAfterMs.map { ",\"retry_after_ms\":\($0)" } ?? "") + (n.count.map { ",\"count\":\($0)" } ?? "") + "}"
     case .opaque(let type, let body):
         return "{\"type\":\"opaque\",\(head),\"frame_type\":\(type),\"body_base64\":\"\(base64(body))\"}"
     case .malformed(let type, let body, let error):

@@ -317,6 +317,7 @@ struct AuthIntegrationTests {
         let server = "\(d.host):\(d.port)"
         let refused = try roomcast(["send", "--server", server, "--name", "carol", "--room", "stage", "--timeout", "1s", "text", "hi"])
         #expect(refused.status == 1, "without a token the join is refused: \(refused.stdout) \(refused.stderr)")
+        #expect(refused.stderr.contains("refused: token_required"), "send says the daemon's reason: \(refused.stderr)")
         let sent = try roomcast(["send", "--server", server, "--name", "carol", "--room", "stage", "--token", token, "text", "hi"])
         #expect(sent.status == 0, "\(sent.stdout) \(sent.stderr)")
         let ed = try roomcast(["token", "--key-file", a.keyPath, "--kid", "ed1", "--sub", "carol"])
