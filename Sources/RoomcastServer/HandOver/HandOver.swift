@@ -25,7 +25,7 @@ enum HandOverName {
     static let state = "state"
     /// The standalone unit's own listeners (`listen-ltb`, `listen-json`):
     /// kept in the store so that the port stays open across restarts.
-    static func listener(_ dialect: Dialect) -> String { dialect == .json ? "listen-json" : "listen-ltb" }
+    static func listener(_ dialect: Dialect) -> String { "listen-" + dialect.name }
 
     static func isListener(_ name: String) -> Bool { name == listener(.ltb) || name == listener(.json) }
 
@@ -112,7 +112,9 @@ extension Server {
         handOver.pending = false
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
-        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing })
+        // WebSocket connections are not handed over yet: they close at a restart
+        // (the hand-over state has no place for a subprotocol or a decoder's state).
+        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing && table.slots[$0]!.dialect != .webSocket })
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
         state.cluster = cluster?.carry()
@@ -307,7 +309,7 @@ extension Server {
         handOver.storedListeners.forEach { Sys.close($0.fd) }
         handOver.storedListeners = []
         guard canHandOver, systemd.listenFDs.isEmpty else { return }
-        for dialect in [Dialect.ltb, .json] {
+        for dialect in [Dialect.ltb, .json, .webSocket] {
             let name = HandOverName.listener(dialect)
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)

@@ -87,6 +87,10 @@ extension Server {
     /// relayed straight from the read buffer; only a trailing partial frame
     /// is copied into the connection's own input buffer.
     private func consume(_ id: Int, count n: Int) {
+        if table.slots[id]!.dialect == .webSocket {
+            consumeWebSocket(id, count: n)  // WebSocketServer.swift
+            return
+        }
         var input: [UInt8] = []
         swap(&input, &table.slots[id]!.input)
         let now = clock()
@@ -193,7 +197,7 @@ extension Server {
     /// Takes one frame of `bytes` (header included) from the connection's
     /// token buckets. A frame over `frames_per_second` or `bytes_per_second`
     /// is dropped and counts as a violation.
-    private func withinRateLimits(_ id: Int, bytes: Int, type: UInt16?, now: UInt64) -> Bool {
+    func withinRateLimits(_ id: Int, bytes: Int, type: UInt16?, now: UInt64) -> Bool {
         var exceeded: String?
         if table.slots[id]!.frameBucket != nil, !table.slots[id]!.frameBucket!.take(1, nowMs: now) {
             exceeded = "limits.frames_per_second (\(config.limits.framesPerSecond))"
