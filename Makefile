@@ -38,7 +38,8 @@ MANDIR     ?= $(PREFIX)/share/man
 SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
-# (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
+# (with PyPI protobuf) for the proto2 compatibility tests (and PyPI websockets, an
+# independent WebSocket client for the WebSocket tests), scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
 # libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
 # redis-cli) for the cluster tests, which start their own on ephemeral loopback ports,
@@ -107,6 +108,15 @@ deps:
 	    fi; \
 	    $(SUDO) python3 -m pip install --quiet protobuf \
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages protobuf; \
+	fi
+	@if ! python3 -c 'import websockets' 2>/dev/null; then \
+	    echo "deps: installing PyPI websockets"; \
+	    if ! python3 -m pip --version >/dev/null 2>&1; then \
+	        $(SUDO) apt-get update -q; \
+	        $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-pip; \
+	    fi; \
+	    $(SUDO) python3 -m pip install --quiet websockets \
+	        || $(SUDO) python3 -m pip install --quiet --break-system-packages websockets; \
 	fi
 
 deps-systemd: deps

@@ -335,3 +335,34 @@ struct WebSocketIntegrationTests {
         #expect(e.receiveMessage(timeout: .milliseconds(300)) == nil, "an echo client is in no room")
     }
 }
+
+@Suite("WebSocket interop")
+struct WebSocketInteropTests {
+    /// Python's `websockets` (PyPI; `make deps` installs it) against the
+    /// daemon, talking with an LTB client in one room.
+    @Test("Python's websockets library chats with an LTB client and closes cleanly")
+    func pythonWebsockets() throws {
+        let d = try Daemon(WebSocketIntegrationTests.settings)
+        let ltb = try d.connect()
+        let port = try #require(d.webSocketPort)
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Reference/ws_peer.py")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path, "--url", "ws://127.0.0.1:\(port)/"]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        let py = UserInfo(level: 0, name: "py", iconURL: "")
+        #expect(ltb.receiveFrames(2, timeout: .seconds(10)).map(\.wire) == [Wire.join(py), Wire.text(py, "hello from python")])
+        try ltb.send(Wire.text(Wire.user("alice"), "hi python"))
+        #expect(ltb.receiveFrames(2, timeout: .seconds(10)).map(\.wire) == [Wire.text(Wire.user("alice"), "hi python"), Wire.leave(py)])
+        #expect(waitUntil(.seconds(15)) { !process.isRunning })
+        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(process.terminationStatus == 0, "python3 ws_peer.py (needs PyPI websockets): \(stderr)")
+        #expect(stdout.contains("\"ok\": true") && stdout.contains("\"received\": \"hi python\""), "\(stdout)")
+    }
+}
