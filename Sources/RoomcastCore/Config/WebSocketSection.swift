@@ -1,8 +1,8 @@
-// `[websocket]`: the WebSocket listener (RFC 6455) and its limits (docs/protocol.md §8).
+// `[websocket]`: the WebSocket listener (RFC 6455) and its limits (docs/protocol.md §13).
 
 extension Config {
     /// `[websocket]`: the listener browsers reach, speaking RFC 6455 with the
-    /// subprotocols `roomcast.json.v1` and `roomcast.ltb.v1` (docs/protocol.md §8).
+    /// subprotocols `roomcast.json.v1` and `roomcast.ltb.v1` (docs/protocol.md §13).
     public struct WebSocket: Equatable, Sendable {
         /// `listen`, repeatable; none by default, so the listener is off.
         public var listen: [ListenAddress]

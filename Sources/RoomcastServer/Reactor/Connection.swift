@@ -36,7 +36,7 @@ enum Dialect: Equatable {
     /// Length + JSON frames (docs/protocol.md §7).
     case json
     /// RFC 6455 WebSocket: an HTTP upgrade, then frames carrying JSON or LTB
-    /// messages (docs/protocol.md §8).
+    /// messages (docs/protocol.md §13).
     case webSocket
 
     /// `ltb`, `json` or `websocket`: the `PROTOCOL` journal field, the

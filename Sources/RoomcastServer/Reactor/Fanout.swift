@@ -34,7 +34,7 @@ struct Outbox {
     var isWebSocket = false
     /// An upgraded WebSocket connection's subprotocol: it gets each frame as
     /// a text frame of its JSON form (`.json`) or a binary frame of the LTB
-    /// frame (`.ltb`), docs/protocol.md §8; nil: not (yet) taking frames in
+    /// frame (`.ltb`), docs/protocol.md §13; nil: not (yet) taking frames in
     /// a WebSocket form.
     var webSocketForm: WebSocketSubprotocol?
     /// In the flush list for this iteration.

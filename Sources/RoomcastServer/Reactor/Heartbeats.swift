@@ -12,7 +12,7 @@ import RoomcastCore
 /// - `webSocketUpgrade`: WebSocket connections whose HTTP upgrade is not
 ///   complete, `upgradeTimeoutMs` from accept. Once upgraded they are on
 ///   `ltb`: any frame (a pong included) is proof of life within
-///   `[heartbeat] timeout` (docs/protocol.md §8).
+///   `[heartbeat] timeout` (docs/protocol.md §13).
 ///
 /// It owns deadlines only: it never closes anything; `expire` tells the
 /// caller whom to evict and why. All times are ms on the server's clock.
@@ -21,7 +21,7 @@ struct Heartbeats {
     var json: LivenessTracker
     var jsonPartial: LivenessTracker
     var webSocketUpgrade: LivenessTracker
-    /// How long a WebSocket upgrade may take from accept, in ms (docs/protocol.md §8).
+    /// How long a WebSocket upgrade may take from accept, in ms (docs/protocol.md §13).
     static let upgradeTimeoutMs: UInt64 = 5_000
     private var expired: [Int] = []
 

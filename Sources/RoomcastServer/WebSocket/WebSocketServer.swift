@@ -1,7 +1,7 @@
 import RoomcastCore
 
 // WebSocketServer.swift owns the WebSocket dialect on the reactor
-// (docs/protocol.md §8, RFC 6455): the HTTP upgrade of a new connection,
+// (docs/protocol.md §13, RFC 6455): the HTTP upgrade of a new connection,
 // then its frames: messages into the JSON bridge or the relay, pings and
 // pongs, close frames, and the close codes of a broken stream. What the
 // relay sends out is framed once per broadcast by the fan-out
@@ -131,7 +131,7 @@ extension Server {
     }
 
     /// A binary message of `roomcast.ltb.v1`: exactly one LTB frame, relayed
-    /// as an LTB client's (docs/protocol.md §8); anything else is a violation.
+    /// as an LTB client's (docs/protocol.md §13); anything else is a violation.
     private func ltbMessage(_ id: Int, _ message: UnsafeRawBufferPointer, now: UInt64) {
         let limit = config.protocol.maxFrameBytes
         switch FrameCodec.parse(message, byteOrder: config.protocol.byteOrder, maxFrameBytes: limit) {
