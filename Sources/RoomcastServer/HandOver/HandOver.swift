@@ -27,7 +27,7 @@ enum HandOverName {
     /// kept in the store so that the port stays open across restarts.
     static func listener(_ dialect: Dialect) -> String { "listen-" + dialect.name }
 
-    static func isListener(_ name: String) -> Bool { name == listener(.ltb) || name == listener(.json) }
+    static func isListener(_ name: String) -> Bool { [Dialect.ltb, .json, .webSocket].contains { name == listener($0) } }
 
     /// The crash path's live box and log (LiveStore.swift), one generation each:
     /// `livebox-<n>`, `livestate-<n>`.
@@ -113,7 +113,9 @@ extension Server {
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
         // WebSocket connections are not handed over yet: they close at a restart
-        // (the hand-over state has no place for a subprotocol or a decoder's state).
+        // (the hand-over state has no place for a subprotocol or a decoder's
+        // state), now, so their clients see the close at once (docs/protocol.md §13).
+        for id in table.ids where table.slots[id]!.dialect == .webSocket { Sys.shutdownBoth(table.slots[id]!.fd) }
         let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing && table.slots[$0]!.dialect != .webSocket })
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
