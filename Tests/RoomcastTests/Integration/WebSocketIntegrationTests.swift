@@ -320,6 +320,22 @@ struct WebSocketIntegrationTests {
         w.connection.expectClosed(within: .seconds(4), "the upgrade's 5 s passed")
     }
 
+    @Test("socket activation hands over the WebSocket listener by FileDescriptorName=websocket")
+    func socketActivationWebSocket() throws {
+        let ltbPort = try freeLoopbackPort(), wsPort = try freeLoopbackPort()
+        let d = try Daemon([:], socketActivation: [("ltb", ltbPort), ("websocket", wsPort)])
+        #expect(d.stderr.wait(for: "Listening on 127.0.0.1:\(wsPort)"), "systemd-socket-activate: \(d.stderr.current)")
+        let c = try TestClient(host: "127.0.0.1", port: wsPort, owner: d)
+        try c.sendRaw(Array(("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: \(WebSocketTestClient.key)\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
+        var reply = [UInt8](repeating: 0, count: 512)
+        var p = pollfd(fd: c.fd, events: Int16(POLLIN), revents: 0)
+        #expect(poll(&p, 1, 5000) == 1)
+        let n = reply.withUnsafeMutableBytes { recv(c.fd, $0.baseAddress, $0.count, 0) }
+        #expect(String(decoding: reply[0..<max(0, n)], as: UTF8.self).hasPrefix("HTTP/1.1 101 "))
+        #expect(d.stderr.wait(forLineWith: ["listening on 127.0.0.1:\(wsPort) (websocket)"]))
+    }
+
     @Test("echo = yes serves /echo: each message back to its sender, in no room")
     func echo() throws {
         let d = try Daemon(Self.settings.merging(["websocket.echo": "yes"]) { $1 })
