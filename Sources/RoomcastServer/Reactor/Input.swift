@@ -241,7 +241,12 @@ extension Server {
                            "\(address): dropped \(what): \(reason) (violation \(violations) of \(max))",
                            ["CLIENT_ADDR": address, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
         if disconnect {
-            table.close(id, "\(violations) bad frames (protocol.max_violations = \(max))")
+            let why = "\(violations) bad frames (protocol.max_violations = \(max))"
+            if table.slots[id]!.webSocket?.isOpen == true {
+                closeWebSocket(id, .policyViolation, why)  // a close frame first (docs/protocol.md §13)
+            } else {
+                table.close(id, why)
+            }
         }
     }
 

@@ -174,6 +174,13 @@ extension Server {
         endWebSocket(id, "WebSocket failure \(failure)")
     }
 
+    /// Closes an upgraded connection with a close frame of `code` (1008 for
+    /// too many violations), flushed before the socket is closed.
+    func closeWebSocket(_ id: Int, _ code: WebSocketCloseCode, _ why: String) {
+        table.fanout.unicast(WebSocketFrameEncoder.close(code, reason: why), to: id)
+        endWebSocket(id, why)
+    }
+
     /// Stops reading `id`: its room hears the leave now, and what it is owed
     /// (the close frame or HTTP answer just queued) is flushed before close.
     private func endWebSocket(_ id: Int, _ why: String) {

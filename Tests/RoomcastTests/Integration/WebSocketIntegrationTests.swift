@@ -231,6 +231,18 @@ struct WebSocketIntegrationTests {
         #expect(wl.receiveMessage()?.payload == Wire.join(Wire.user("y")))
     }
 
+    @Test("protocol.max_violations bad messages close with 1008; a stopping daemon closes with 1001")
+    func policyAndGoingAway() throws {
+        let d = try Daemon(Self.settings.merging(["protocol.max_violations": "2"]) { $1 })
+        let w = try WebSocketTestClient.open(d)
+        try w.sendText("not JSON")
+        try w.sendText("[1, 2]")
+        #expect(w.expectCloseCode() == 1008)
+        let other = try WebSocketTestClient.open(d)
+        d.child.kill(SIGTERM)
+        #expect(other.expectCloseCode() == 1001)
+    }
+
     @Test("pings come every ping_interval; a pong answers a ping; a client that answers nothing is closed")
     func liveness() throws {
         let d = try Daemon(Self.settings.merging(["heartbeat.timeout": "2s", "websocket.ping_interval": "1s"]) { $1 })
