@@ -136,9 +136,11 @@ deps-deb:
 
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
 # it before deps are in place.
+# The shipped config (its values are the defaults) with the WebSocket listener on.
 run: deps
 	$(SWIFT) build -c release
-	exec .build/release/roomcastd --config config/roomcastd.conf --listen 127.0.0.1:9898
+	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\n'; } > .build/run.conf
+	exec .build/release/roomcastd --config .build/run.conf --listen 127.0.0.1:9898
 
 # The unit-file, man-page and docs checks come first, so that the output closes on
 # the test runner's summary.
