@@ -38,7 +38,8 @@ MANDIR     ?= $(PREFIX)/share/man
 SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
 # CSystemd target, systemd for systemd-socket-activate and systemd-analyze, python3
-# (with PyPI protobuf) for the proto2 compatibility tests, scdoc and mandoc for the man
+# (with PyPI protobuf) for the proto2 compatibility tests (and PyPI websockets, an
+# independent WebSocket client for the WebSocket tests), scdoc and mandoc for the man
 # pages, iproute2 (ip) and util-linux (unshare) for the dead-peer tests' network namespace,
 # libhiredis-dev for the CHiredis target ([cluster]) and redis-server (with
 # redis-cli) for the cluster tests, which start their own on ephemeral loopback ports;
@@ -118,6 +119,15 @@ deps:
 	    $(SUDO) python3 -m pip install --quiet pyjwt cryptography \
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages pyjwt cryptography; \
 	fi
+	@if ! python3 -c 'import websockets' 2>/dev/null; then \
+	    echo "deps: installing PyPI websockets"; \
+	    if ! python3 -m pip --version >/dev/null 2>&1; then \
+	        $(SUDO) apt-get update -q; \
+	        $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-pip; \
+	    fi; \
+	    $(SUDO) python3 -m pip install --quiet websockets \
+	        || $(SUDO) python3 -m pip install --quiet --break-system-packages websockets; \
+	fi
 
 deps-systemd: deps
 	@if ! command -v systemd-nspawn >/dev/null || ! command -v debootstrap >/dev/null; then \
@@ -136,9 +146,11 @@ deps-deb:
 
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
 # it before deps are in place.
+# The shipped config (its values are the defaults) with the WebSocket listener on.
 run: deps
 	$(SWIFT) build -c release
-	exec .build/release/roomcastd --config config/roomcastd.conf --listen 127.0.0.1:9898
+	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\n'; } > .build/run.conf
+	exec .build/release/roomcastd --config .build/run.conf --listen 127.0.0.1:9898
 
 # The unit-file, man-page and docs checks come first, so that the output closes on
 # the test runner's summary.

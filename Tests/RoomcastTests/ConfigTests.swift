@@ -154,6 +154,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
             if line.hasPrefix("[") { section = String(line) }
             if section == "[json]" && line.hasPrefix("#listen") { return line }
+            if section == "[websocket]" && line.hasPrefix("#listen") { return line }
             if section == "[cluster]" && line.hasPrefix("#redis") { return line }
             return line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
         }.joined(separator: "\n")
@@ -180,9 +181,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "log", "cluster", "auth"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 42)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 48)
     }
 
     /// The operator's documentation names every key: the table of
@@ -238,6 +239,13 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             max_frame_bytes = 4K
             heartbeat_timeout = 45s
             tcp_keepalive = 2min
+            [websocket]
+            listen = 127.0.0.1:9897
+            allowed_origins = https://Example.com, http://127.0.0.1:8080
+            max_message_bytes = 1M
+            ping_interval = 10s
+            echo = yes
+            page = yes
             [cluster]
             redis = [::1]:6380
             name = eu-west.1
@@ -262,6 +270,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             json: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9899, isIPv6: false),
                                  ListenAddress(host: "::1", port: 9899, isIPv6: true)],
                         maxFrameBytes: 4096, heartbeatTimeoutMs: 45_000, tcpKeepaliveMs: 120_000),
+            webSocket: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9897, isIPv6: false)],
+                             allowedOrigins: ["https://example.com", "http://127.0.0.1:8080"],
+                             maxMessageBytes: 1 << 20, pingIntervalMs: 10_000, echo: true, page: true),
             cluster: .init(redis: .tcp(host: "::1", port: 6380, isIPv6: true), name: "eu-west.1", timeoutMs: 500,
                            maxOutputBytes: 1 << 20),
             auth: .init(keyFile: "/etc/roomcast/keys", required: true, anonymous: .read, viewerMay: [2, 3, 42]))
@@ -391,6 +402,13 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[limits]\noutput_soft_bytes = 1K\noutput_hard_bytes = 64K\n[protocol]\nmax_frame_bytes = 65531", 5, "at least"),
         ("[json]\nlisten = localhost:9899", 2, "json.listen: 'localhost:9899' is not a listen address"),
         ("[server]\nlisten = 127.0.0.1:9898\n[json]\nlisten = 127.0.0.1:9898", 4, "127.0.0.1:9898 is already listed at line 2"),
+        ("[websocket]\nlisten = 127.0.0.1:9899\n[json]\nlisten = 0.0.0.0:9899", 4, "overlaps 127.0.0.1:9899 at line 2"),
+        ("[websocket]\nallowed_origins = example.com", 2, "websocket.allowed_origins: 'example.com' is not an origin"),
+        ("[websocket]\nallowed_origins = https://a.example/path", 2, "is not an origin"),
+        ("[websocket]\nallowed_origins = https://a.example,", 2, "'' is not an origin"),
+        ("[websocket]\nmax_message_bytes = 100", 2, "websocket.max_message_bytes: '100' is out of range"),
+        ("[websocket]\nping_interval = 500ms", 2, "websocket.ping_interval: '500ms' is out of range"),
+        ("[websocket]\necho = maybe", 2, "is not a boolean"),
         ("[json]\nmax_frame_bytes = 0", 2, "json.max_frame_bytes: '0' is out of range"),
         ("[json]\nheartbeat_timeout = 50ms", 2, "heartbeat.tick (100ms) must be less than json.heartbeat_timeout (50ms)"),
         ("[json]\ntcp_keepalive = 1500ms", 2, "json.tcp_keepalive must be whole seconds"),
@@ -570,5 +588,17 @@ extension Substring {
             #expect(error.line == at)
             #expect(error.reason.contains(reason), "\(error)")
         }
+    }
+}
+
+@Suite struct WebSocketConfigTests {
+    @Test("pings come at half of heartbeat.timeout when that is shorter than ping_interval")
+    func effectivePingInterval() throws {
+        let ws = Config.defaults.webSocket
+        #expect(ws.effectivePingIntervalMs(heartbeatTimeoutMs: 30_000) == 25_000)  // the defaults: every 25 s
+        #expect(ws.effectivePingIntervalMs(heartbeatTimeoutMs: 25_000) == 12_500)
+        #expect(ws.effectivePingIntervalMs(heartbeatTimeoutMs: 60_000) == 25_000)
+        #expect(ws.effectivePingIntervalMs(heartbeatTimeoutMs: 2_000) == 1_000)
+        #expect(ws.effectivePingIntervalMs(heartbeatTimeoutMs: 0) == 25_000)
     }
 }

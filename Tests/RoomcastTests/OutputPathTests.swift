@@ -74,6 +74,29 @@ import Testing
         #expect(t.fanout.batch.count == 0)
     }
 
+    @Test("a broadcast stores each WebSocket form once (a binary frame of the LTB frame, a text frame of the JSON body), never per recipient")
+    func webSocketFormsAreStoredOncePerBroadcast() {
+        let (t, ours, peers) = Self.table(6)
+        defer { for id in 0..<6 { t.remove(id) }; (ours + peers).forEach { close($0) } }
+        for id in 1...2 { t.fanout.outboxes[id].isWebSocket = true; t.fanout.outboxes[id].webSocketForm = .ltb }
+        for id in 3...4 { t.fanout.outboxes[id].isWebSocket = true; t.fanout.outboxes[id].webSocketForm = .json }
+        t.fanout.outboxes[5].isWebSocket = true  // upgrading: gets nothing
+        let s = RelaySettings()
+        let frame = FrameCodec.encode(type: s.textType, body: ChatMessage(user: UserInfo(level: 0, name: "a", iconURL: ""), text: "hi").serialized(),
+                                      byteOrder: s.byteOrder)
+        #expect(frame.withUnsafeBytes { t.fanout.broadcast($0, from: 0, to: Array(0..<6), except: -1) } == 5)
+        let json = Array(#"{"cmd":"msg","content":"hi","from":"a"}"#.utf8)
+        let binary = [0x82, UInt8(frame.count)] + frame
+        let text = [0x81, UInt8(json.count)] + json
+        #expect(t.fanout.batch.count == frame.count + binary.count + text.count, "each form once, whatever the recipients")
+        for id in 0..<5 { _ = t.fanout.write(id, keepCapacity: 0) }
+        #expect(Self.drain(peers[0]) == frame)
+        for id in 1...2 { #expect(Self.drain(peers[id]) == binary, "one binary message, the LTB frame byte for byte") }
+        for id in 3...4 { #expect(Self.drain(peers[id]) == text, "one text message, the JSON form the JSON listener sends") }
+        #expect(Self.drain(peers[5]).isEmpty)
+        t.fanout.endPass()
+    }
+
     @Test("a recipient whose frames are not adjacent in the batch keeps its order (its earlier range is copied first)")
     func interleavedRoomsKeepOrder() {
         let (t, ours, peers) = Self.table(2)

@@ -38,6 +38,7 @@ public struct Config: Equatable, Sendable {
     public var limits: Limits
     public var log: Log
     public var json: JSON
+    public var webSocket: WebSocket
     public var cluster: Cluster
     public var auth: Auth
 
@@ -58,6 +59,8 @@ public struct Config: Equatable, Sendable {
                        framesPerSecond: 0, framesBurst: 0, bytesPerSecond: 0, bytesBurst: 0),
         log: Log(level: .info, target: .auto, statsIntervalMs: 60_000),
         json: JSON(listen: [], maxFrameBytes: 64 << 10, heartbeatTimeoutMs: 0, tcpKeepaliveMs: 60_000),
+        webSocket: WebSocket(listen: [], allowedOrigins: [], maxMessageBytes: 64 << 10, pingIntervalMs: 25_000,
+                             echo: false, page: false),
         cluster: Cluster(redis: nil, name: "main", timeoutMs: 2_000, maxOutputBytes: 4 << 20),
         auth: Auth(keyFile: "", required: false, anonymous: .none, viewerMay: [2]))
 
@@ -83,7 +86,7 @@ public struct Config: Equatable, Sendable {
         let doc = try INIDocument.parse(text, file: file)
         var config = Config.defaults
         var seen: [String: Int] = [:]  // "section.key" → first line
-        var listen: [ListenAddress: Int] = [:]  // over server.listen and json.listen
+        var listen: [ListenAddress: Int] = [:]  // over server.listen, json.listen and websocket.listen
         var listenReplaced = false
         for item in doc.items {
             switch item {
@@ -101,7 +104,7 @@ public struct Config: Equatable, Sendable {
                 guard let spec = specs.first(where: { $0.section == e.section })?
                     .keys.first(where: { $0.name == e.key })
                 else { throw fail(unknownKeyReason(e.section, e.key)) }
-                if e.key == "listen" && (e.section == "server" || e.section == "json") {
+                if e.key == "listen" && (e.section == "server" || e.section == "json" || e.section == "websocket") {
                     guard let address = ListenAddress.parse(e.value) else {
                         throw fail("\(name): \(quote(e.value)) is not a listen address "
                             + "(expected IPv4:PORT or [IPv6]:PORT, e.g. 0.0.0.0:9898 or [::]:9898)")
@@ -112,6 +115,8 @@ public struct Config: Equatable, Sendable {
                     }
                     if e.section == "json" {
                         config.json.listen.append(address)
+                    } else if e.section == "websocket" {
+                        config.webSocket.listen.append(address)
                     } else {
                         if !listenReplaced { config.server.listen = []; listenReplaced = true }
                         config.server.listen.append(address)
@@ -199,4 +204,4 @@ struct RuleContext {
 
 /// The single source of truth for sections, keys and their order; each
 /// section's keys, parsing and ranges are in its own file (ServerSection.swift ...).
-let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .log, .cluster, .auth]
+let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth]

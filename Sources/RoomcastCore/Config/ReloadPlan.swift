@@ -6,7 +6,7 @@ public struct ReloadPlan: Equatable, Sendable {
     /// The config to run with from now on.
     public var applied: Config
     /// Keys whose new value waits for a restart, in a fixed order
-    /// (`server.listen`, `json.listen`, `protocol.byte_order`, `log.target`,
+    /// (`server.listen`, `json.listen`, `websocket.listen`, `protocol.byte_order`, `log.target`,
     /// `cluster.redis`, `cluster.name`),
     /// only those that changed (and, for the listen keys, only where the
     /// file's value is in use: not replaced by `--listen`, not under socket
@@ -28,8 +28,10 @@ extension Config {
         var needRestart: [String] = []
         if !listenOverridden && !socketActivated && new.server.listen != server.listen { needRestart.append("server.listen") }
         if !socketActivated && new.json.listen != json.listen { needRestart.append("json.listen") }
+        if !socketActivated && new.webSocket.listen != webSocket.listen { needRestart.append("websocket.listen") }
         applied.server.listen = server.listen
         applied.json.listen = json.listen
+        applied.webSocket.listen = webSocket.listen
         if new.protocol.byteOrder != self.protocol.byteOrder {
             needRestart.append("protocol.byte_order")
             applied.protocol.byteOrder = self.protocol.byteOrder

@@ -3,7 +3,7 @@
 // HTTP error. No cryptography here: the caller computes
 // `Sec-WebSocket-Accept` (SHA-1 and base64) from ``acceptInput(key:)``.
 
-/// The two subprotocols of the WebSocket listener (docs/protocol.md §8).
+/// The two subprotocols of the WebSocket listener (docs/protocol.md §15).
 public enum WebSocketSubprotocol: String, CaseIterable, Equatable, Sendable {
     /// Each text message is one JSON object of the JSON dialect (docs/protocol.md §7).
     /// The default when the client offers none.

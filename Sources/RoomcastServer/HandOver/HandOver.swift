@@ -33,9 +33,9 @@ enum HandOverName {
     static let state = "state"
     /// The standalone unit's own listeners (`listen-ltb`, `listen-json`):
     /// kept in the store so that the port stays open across restarts.
-    static func listener(_ dialect: Dialect) -> String { dialect == .json ? "listen-json" : "listen-ltb" }
+    static func listener(_ dialect: Dialect) -> String { "listen-" + dialect.name }
 
-    static func isListener(_ name: String) -> Bool { name == listener(.ltb) || name == listener(.json) }
+    static func isListener(_ name: String) -> Bool { [Dialect.ltb, .json, .webSocket].contains { name == listener($0) } }
 
     /// The crash path's live box and log (LiveStore.swift), one generation each:
     /// `livebox-<n>`, `livestate-<n>`.
@@ -149,8 +149,12 @@ extension Server {
         handOver.pending = false
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
+        // WebSocket connections are not handed over yet: they close at a restart
+        // (the hand-over state has no place for a subprotocol or a decoder's
+        // state), now, so their clients see the close at once (docs/protocol.md §15).
+        for id in table.ids where table.slots[id]!.dialect == .webSocket { Sys.shutdownBoth(table.slots[id]!.fd) }
         let carried = cluster?.carry()
-        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
+        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing && table.slots[$0]!.dialect != .webSocket },
                                 besides: carried.map(HandOverState.clusterBytesBound) ?? 0)
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
@@ -393,7 +397,7 @@ extension Server {
         handOver.storedListeners = []
         handOver.listenersInStore = 0
         guard canHandOver, systemd.listenFDs.isEmpty else { return }
-        for dialect in [Dialect.ltb, .json] {
+        for dialect in [Dialect.ltb, .json, .webSocket] {
             let name = HandOverName.listener(dialect)
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)

@@ -186,7 +186,8 @@ extension Server {
 
     /// `Server.open`: a new connection, boxed at the end of the iteration.
     func liveOpened(_ id: Int) {
-        guard let live else { return }
+        // WebSocket connections are not carried across a crash yet: one closes with the process.
+        guard let live, table.slots[id]!.dialect != .webSocket else { return }
         assignSerial(id)
         let c = table.slots[id]!
         let serial = live.slots[id].serial

@@ -35,6 +35,42 @@ enum Dialect: Equatable {
     case ltb
     /// Length + JSON frames (docs/protocol.md §7).
     case json
+    /// RFC 6455 WebSocket: an HTTP upgrade, then frames carrying JSON or LTB
+    /// messages (docs/protocol.md §15).
+    case webSocket
+
+    /// `ltb`, `json` or `websocket`: the `PROTOCOL` journal field, the
+    /// socket-activation name (`FileDescriptorName=`) and the fd-store name.
+    var name: String {
+        switch self {
+        case .ltb: "ltb"
+        case .json: "json"
+        case .webSocket: "websocket"
+        }
+    }
+}
+
+/// A WebSocket connection's protocol state (RFC 6455): the upgrade in
+/// progress, then the chosen subprotocol and the frame decoder.
+struct WebSocketSession {
+    enum Phase {
+        /// Reading the HTTP request head (bounded to 8 KiB, 5 s).
+        case upgrading(HTTPRequestParser)
+        /// Upgraded: frames both ways.
+        case open
+    }
+    var phase: Phase = .upgrading(HTTPRequestParser())
+    /// The subprotocol spoken once open (`roomcast.json.v1` when none was offered).
+    var subprotocol: WebSocketSubprotocol = .json
+    /// Connected to `/echo`: every message goes back to its sender, no room.
+    var echo = false
+    /// Client frames: reassembly, UTF-8, close codes.
+    var decoder: WebSocketDecoder
+
+    var isOpen: Bool {
+        if case .open = phase { return true }
+        return false
+    }
 }
 
 /// Why a connection is closed, for the log.
@@ -69,6 +105,8 @@ struct Connection {
     var closeReason: CloseReason?
     /// What its last accepted token proved (docs/protocol.md §13); nil: no token.
     var auth: AuthSession?
+    /// A WebSocket connection's protocol state; nil for the other dialects.
+    var webSocket: WebSocketSession?
 
     /// The peer's IP address alone (`1.2.3.4`, `[::1]`), for `max_clients_per_ip`.
     var ip: Substring { Self.ip(of: address) }

@@ -28,7 +28,12 @@ extension Server {
             return nil
         }
         resetRateLimits(id, now: now)
-        relay.connect(id)
+        if dialect == .webSocket {
+            // Joins the default room once upgraded (WebSocketServer.swift), not before.
+            table.slots[id]!.webSocket = WebSocketSession(decoder: WebSocketDecoder(maxMessageBytes: config.webSocket.maxMessageBytes))
+        } else {
+            relay.connect(id)
+        }
         heartbeats.track(id, dialect, nowMs: now)
         liveOpened(id)
         logger.debug("client connected", ["CLIENT_ADDR": address, "ROOM": config.server.defaultRoom])

@@ -41,7 +41,7 @@ final class ConnectionTable {
             fanout.outboxes.append(Outbox())
         }
         slots[id] = Connection(fd: fd, dialect: dialect, address: address)
-        fanout.outboxes[id] = Outbox(fd: fd, state: .open, json: dialect == .json)
+        fanout.outboxes[id] = Outbox(fd: fd, state: .open, json: dialect == .json, isWebSocket: dialect == .webSocket)
         count += 1
         if countPerIP { perIP[slots[id]!.ip, default: 0] += 1 }
         return id

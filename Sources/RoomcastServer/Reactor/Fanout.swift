@@ -29,6 +29,14 @@ struct Outbox {
     var state: ConnectionState?
     /// Gets the JSON form of frames (docs/protocol.md §7).
     var json = false
+    /// A WebSocket connection: its stream holds an HTTP answer and
+    /// WebSocket frames, never followed by the crash path's torn-frame walk.
+    var isWebSocket = false
+    /// An upgraded WebSocket connection's subprotocol: it gets each frame as
+    /// a text frame of its JSON form (`.json`) or a binary frame of the LTB
+    /// frame (`.ltb`), docs/protocol.md §15; nil: not (yet) taking frames in
+    /// a WebSocket form.
+    var webSocketForm: WebSocketSubprotocol?
     /// In the flush list for this iteration.
     var queued = false
     /// Got a frame since the last sweep of idle output buffers.
@@ -142,6 +150,9 @@ final class Fanout: FrameSink {
         let hard = outputHardBytes
         let ltb = store(frame)
         var json: Range<Int>?? = nil  // the JSON form in the batch, made at most once
+        var translation: [UInt8]?? = nil  // the JSON frame, translated at most once
+        var wsText: Range<Int>?? = nil  // a text frame of the JSON body, stored at most once
+        var wsBinary: Range<Int>? = nil  // a binary frame of the LTB frame, stored at most once
         let tracksTorn = tracksTornFrames
         var overHard: [(id: Int, pending: Int)] = []
         var failed: [(id: Int, errno: Int32)] = []
@@ -184,18 +195,38 @@ final class Fanout: FrameSink {
                     newlyQueued.append(m)
                 }
             }
+            func translated() -> [UInt8]? {
+                if translation == nil {
+                    var t = self.translate(frame, from: sender)
+                    if let j = t, j.count - JSONFrameCodec.headerSize > jsonLimit {
+                        jsonTooLarge = j.count - JSONFrameCodec.headerSize
+                        t = nil
+                    }
+                    translation = .some(t)
+                }
+                return translation!
+            }
             for m in members where m != except && boxes[m].takesFrames {
                 if boxes[m].json {
-                    if json == nil {
-                        var translated = self.translate(frame, from: sender)
-                        if let j = translated, j.count - JSONFrameCodec.headerSize > jsonLimit {
-                            jsonTooLarge = j.count - JSONFrameCodec.headerSize
-                            translated = nil
-                        }
-                        json = .some(translated.map { $0.withUnsafeBytes { self.store($0) } })
-                    }
+                    if json == nil { json = .some(translated().map { $0.withUnsafeBytes { self.store($0) } }) }
                     guard let range = json! else { continue }
                     put(range, m)
+                } else if let form = boxes[m].webSocketForm {
+                    // Server frames are unmasked (RFC 6455 §5.1): the same bytes for every recipient.
+                    if form == .ltb {
+                        if wsBinary == nil { wsBinary = self.storeWebSocketFrame(.binary, frame) }
+                        put(wsBinary!, m)
+                    } else {
+                        if wsText == nil {
+                            wsText = .some(translated().map { j in
+                                j.withUnsafeBytes { self.storeWebSocketFrame(.text, UnsafeRawBufferPointer(rebasing: $0[JSONFrameCodec.headerSize...])) }
+                            })
+                        }
+                        guard let range = wsText! else { continue }
+                        put(range, m)
+                    }
+                } else if boxes[m].isWebSocket {
+                    continue  // upgrading, or /echo: no room frames
                 } else {
                     put(ltb, m)
                 }
@@ -216,6 +247,39 @@ final class Fanout: FrameSink {
         let start = batch.count
         batch.append(bytes)
         return start..<batch.count
+    }
+
+    /// Appends one final, unmasked WebSocket frame of `payload` to the batch
+    /// (RFC 6455 §5.2).
+    /// - Returns: where it is in it.
+    private func storeWebSocketFrame(_ opcode: WebSocketOpcode, _ payload: UnsafeRawBufferPointer) -> Range<Int> {
+        var header: [UInt8] = []
+        WebSocketFrameEncoder.appendHeader(opcode, payloadLength: payload.count, to: &header)
+        let start = batch.count
+        header.withUnsafeBytes { batch.append($0) }
+        batch.append(payload)
+        return start..<batch.count
+    }
+
+    /// Queues `bytes` for `m` alone (an HTTP answer, a WebSocket control
+    /// frame), after what it is already owed. Never dropped for the output
+    /// limits: control frames must get through (the slow-consumer rules
+    /// still close a reader that does not read).
+    func unicast(_ bytes: [UInt8], to m: Int) {
+        guard outboxes[m].takesFrames else { return }
+        let range = bytes.withUnsafeBytes { store($0) }
+        if outboxes[m].batchEnd == range.lowerBound && outboxes[m].batchEnd > outboxes[m].batchStart {
+            outboxes[m].batchEnd = range.upperBound
+        } else {
+            if outboxes[m].batchEnd > outboxes[m].batchStart { keep(&outboxes[m]) }
+            outboxes[m].batchStart = range.lowerBound
+            outboxes[m].batchEnd = range.upperBound
+        }
+        outboxes[m].recent = true
+        if !outboxes[m].queued {
+            outboxes[m].queued = true
+            flushList.append(m)
+        }
     }
 
     /// Moves the batch range of `box` into its own queue (a copy), for when
@@ -287,7 +351,7 @@ final class Fanout: FrameSink {
             }
             switch r {
             case .done(let n):
-                if tracksTorn { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
+                if tracksTorn && !box.isWebSocket { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
                 box.queue.consume(min(n, queued), keepCapacity: keepCapacity)
                 box.batchStart += max(0, n - queued)
                 if box.batchStart == box.batchEnd { (box.batchStart, box.batchEnd) = (0, 0) }

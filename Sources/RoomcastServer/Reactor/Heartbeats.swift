@@ -9,6 +9,10 @@ import RoomcastCore
 /// - `jsonPartial`: JSON clients in the middle of a frame, from its first
 ///   byte: even where silence is allowed, a frame must complete within
 ///   `[heartbeat] timeout` (slowloris).
+/// - `webSocketUpgrade`: WebSocket connections whose HTTP upgrade is not
+///   complete, `upgradeTimeoutMs` from accept. Once upgraded they are on
+///   `ltb`: any frame (a pong included) is proof of life within
+///   `[heartbeat] timeout` (docs/protocol.md §15).
 ///
 /// It owns deadlines only: it never closes anything; `expire` tells the
 /// caller whom to evict and why. All times are ms on the server's clock.
@@ -16,12 +20,16 @@ struct Heartbeats {
     var ltb: LivenessTracker
     var json: LivenessTracker
     var jsonPartial: LivenessTracker
+    var webSocketUpgrade: LivenessTracker
+    /// How long a WebSocket upgrade may take from accept, in ms (docs/protocol.md §15).
+    static let upgradeTimeoutMs: UInt64 = 5_000
     private var expired: [Int] = []
 
     init(_ config: Config, nowMs: UInt64) {
         ltb = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
         json = LivenessTracker(timeoutMs: config.json.heartbeatTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
         jsonPartial = LivenessTracker(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
+        webSocketUpgrade = LivenessTracker(timeoutMs: Self.upgradeTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
     }
 
     /// New timeouts and tick after a reload; every deadline is recomputed
@@ -30,11 +38,23 @@ struct Heartbeats {
         ltb.reconfigure(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
         json.reconfigure(timeoutMs: config.json.heartbeatTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
         jsonPartial.reconfigure(timeoutMs: config.heartbeat.timeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
+        webSocketUpgrade.reconfigure(timeoutMs: Self.upgradeTimeoutMs, tickMs: config.heartbeat.tickMs, nowMs: nowMs)
     }
 
     /// A new connection: its silence is counted from now.
     mutating func track(_ id: Int, _ dialect: Dialect, nowMs: UInt64) {
-        if dialect == .json { json.track(id, nowMs: nowMs) } else { ltb.track(id, nowMs: nowMs) }
+        switch dialect {
+        case .json: json.track(id, nowMs: nowMs)
+        case .ltb: ltb.track(id, nowMs: nowMs)
+        case .webSocket: webSocketUpgrade.track(id, nowMs: nowMs)
+        }
+    }
+
+    /// A WebSocket upgrade completed: from now on its silence is counted
+    /// against `[heartbeat] timeout`.
+    mutating func webSocketUpgraded(_ id: Int, nowMs: UInt64) {
+        webSocketUpgrade.untrack(id)
+        ltb.track(id, nowMs: nowMs)
     }
 
     /// A complete frame from `id`: proof of life. O(1).
@@ -54,6 +74,7 @@ struct Heartbeats {
         ltb.untrack(id)
         json.untrack(id)
         jsonPartial.untrack(id)
+        webSocketUpgrade.untrack(id)
     }
 
     /// Milliseconds until the next possible eviction, nil when none is due.
@@ -62,6 +83,7 @@ struct Heartbeats {
         var next = timeouts.0
         if let t = timeouts.1 { next = min(next ?? t, t) }
         if let t = timeouts.2 { next = min(next ?? t, t) }
+        if let t = webSocketUpgrade.nextTimeout(fromMs: nowMs) { next = min(next ?? t, t) }
         return next
     }
 
@@ -74,6 +96,8 @@ struct Heartbeats {
         report("heartbeat timeout: no frame for", json.timeoutMs, evict)
         jsonPartial.expire(nowMs: nowMs, into: &expired)
         report("heartbeat timeout: a JSON frame incomplete for", jsonPartial.timeoutMs, evict)
+        webSocketUpgrade.expire(nowMs: nowMs, into: &expired)
+        report("WebSocket upgrade not complete within", webSocketUpgrade.timeoutMs, evict)
     }
 
     /// Hands the expired ids to `evict` with "`what` <timeout>".

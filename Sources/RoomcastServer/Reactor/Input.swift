@@ -87,6 +87,10 @@ extension Server {
     /// relayed straight from the read buffer; only a trailing partial frame
     /// is copied into the connection's own input buffer.
     func consume(_ id: Int, count n: Int) {
+        if table.slots[id]!.dialect == .webSocket {
+            consumeWebSocket(id, count: n)  // WebSocketServer.swift
+            return
+        }
         var input: [UInt8] = []
         swap(&input, &table.slots[id]!.input)
         let now = clock()
@@ -204,7 +208,7 @@ extension Server {
     /// Takes one frame of `bytes` (header included) from the connection's
     /// token buckets. A frame over `frames_per_second` or `bytes_per_second`
     /// is dropped and counts as a violation.
-    private func withinRateLimits(_ id: Int, bytes: Int, type: UInt16?, now: UInt64) -> Bool {
+    func withinRateLimits(_ id: Int, bytes: Int, type: UInt16?, now: UInt64) -> Bool {
         var exceeded: String?
         if table.slots[id]!.frameBucket != nil, !table.slots[id]!.frameBucket!.take(1, nowMs: now) {
             exceeded = "limits.frames_per_second (\(config.limits.framesPerSecond))"
@@ -248,7 +252,12 @@ extension Server {
                            "\(address): dropped \(what): \(reason) (violation \(violations) of \(max))",
                            ["CLIENT_ADDR": address, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
         if disconnect {
-            table.close(id, "\(violations) bad frames (protocol.max_violations = \(max))")
+            let why = "\(violations) bad frames (protocol.max_violations = \(max))"
+            if table.slots[id]!.webSocket?.isOpen == true {
+                closeWebSocket(id, .policyViolation, why)  // a close frame first (docs/protocol.md §15)
+            } else {
+                table.close(id, why)
+            }
         }
     }
 

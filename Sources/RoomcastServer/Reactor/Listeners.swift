@@ -47,14 +47,15 @@ extension Server {
                 }
                 // Sockets passed by systemd are blocking unless NonBlocking=yes (systemd.socket(5)).
                 try Sys.setNonBlocking(fd)
-                // FileDescriptorName=json in the .socket unit selects the JSON dialect.
-                listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: name == "json" ? .json : .ltb))
+                // FileDescriptorName=json (or websocket) in the .socket unit selects that dialect.
+                let dialect: Dialect = name == "json" ? .json : name == "websocket" ? .webSocket : .ltb
+                listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect))
             }
             logger.info("using \(listeners.all.count) listening socket(s) from systemd; [server] listen is not used",
                         ["LISTEN": listeners.addresses])
         } else {
             let ltb = options.listenOverride.isEmpty ? config.server.listen : options.listenOverride
-            for (addresses, dialect) in [(ltb, Dialect.ltb), (config.json.listen, .json)] {
+            for (addresses, dialect) in [(ltb, Dialect.ltb), (config.json.listen, .json), (config.webSocket.listen, .webSocket)] {
                 for address in addresses {
                     let fd = if let stored = adoptStoredListener(address, dialect) { stored } else { try Socket.listen(on: address) }
                     listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect))
@@ -64,7 +65,7 @@ extension Server {
         guard !listeners.all.isEmpty else { throw SystemError("listen: no usable listening socket", errno: EINVAL) }
         try watchListeners()
         for l in listeners.all {
-            let protocolName = l.dialect == .json ? "json" : "ltb"
+            let protocolName = l.dialect.name
             logger.info("listening on \(l.address) (\(protocolName))", ["LISTEN": l.address, "PROTOCOL": protocolName])
         }
     }

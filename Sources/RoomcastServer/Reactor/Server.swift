@@ -81,6 +81,8 @@ public final class Server {
     var draining: [Int] = []
     /// When drained output buffers are next swept (Output.swift), in ms.
     var nextSweepMs: UInt64 = 0
+    /// When the next round of WebSocket pings is due, in ms (WebSocketServer.swift).
+    var nextWebSocketPingMs: UInt64 = 0
 
     /// SIGTERM/SIGINT arrived (Lifecycle.swift): no accepting, no reading.
     var stopping = false
@@ -192,6 +194,7 @@ public final class Server {
     /// Milliseconds until the earliest timer (at most `maxWaitMs`).
     private func waitTimeout(now: UInt64) -> UInt64 {
         var deadline = min(status.deadline(clients: table.count), nextSweepMs)
+        if listeners.all.contains(where: { $0.dialect == .webSocket }) { deadline = min(deadline, nextWebSocketPingMs) }
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
@@ -238,6 +241,7 @@ public final class Server {
             logger.info(stats.message, ["CLIENTS": String(stats.clients), "ROOMS": String(stats.rooms)])
         }
         sweepIdleBuffersIfDue(now: now)
+        pingWebSocketsIfDue(now: now)
     }
 
     /// What STATUS= and the stats line report.

@@ -343,6 +343,8 @@ final class Daemon {
     private(set) var port: UInt16 = 0
     /// The port of the `[json]` listener (docs/protocol.md §7), when configured.
     private(set) var jsonPort: UInt16?
+    /// The port of the `[websocket]` listener (docs/protocol.md §8), when configured.
+    private(set) var webSocketPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
     /// waits for READY=1 and `roomcastd ready` on stderr (10 s in all), so
@@ -428,6 +430,8 @@ final class Daemon {
             }
             if line.contains("(json)") {
                 jsonPort = port
+            } else if line.contains("(websocket)") {
+                webSocketPort = port
             } else if self.port == 0 {
                 host = address[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
                 self.port = port
@@ -450,6 +454,8 @@ final class Daemon {
             }
             if record.value("PROTOCOL") == "json" {
                 jsonPort = port
+            } else if record.value("PROTOCOL") == "websocket" {
+                webSocketPort = port
             } else if self.port == 0 {
                 host = address[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
                 self.port = port
