@@ -164,13 +164,18 @@ test: deps
 
 # LeakSanitizer is told to ignore only what leaks inside XCTest and Foundation
 # (libFoundation and libFoundationEssentials: String(contentsOf:) in the tests)
-# (XCTest and Foundation leak on purpose at exit). The roomcastd the integration tests spawn is the
+# (XCTest and Foundation leak on purpose at exit). AddressSanitizer is told to ignore one read
+# of Foundation's own: Process.run lists /proc/self/fd and copies each dirent's d_name as a
+# fixed 256 bytes, which reads past opendir's buffer when the last entry ends near its end
+# (seen in a test that spawns roomcastd while many descriptors are open; not our code). The roomcastd the integration tests spawn is the
 # ASan build too; a report on its stderr fails the test that ran it.
 test-asan: deps
 	@mkdir -p $(ASAN_BUILD)
 	@printf 'leak:libXCTest.so\nleak:libFoundation.so\nleak:libFoundationEssentials.so\n' > $(ASAN_BUILD)/lsan.supp
+	@printf 'interceptor_via_fun:*findMaximumOpenFromProcSelfFD*\n' > $(ASAN_BUILD)/asan.supp
 	$(SWIFT) build --build-tests --sanitize=address --build-path $(ASAN_BUILD) 2>&1 | grep -v 'Cannot export local symbol'
-	LSAN_OPTIONS=suppressions=$(abspath $(ASAN_BUILD))/lsan.supp ROOMCAST_SANITIZER=address ROOMCAST_SLOW_TESTS=1 \
+	LSAN_OPTIONS=suppressions=$(abspath $(ASAN_BUILD))/lsan.supp ASAN_OPTIONS=suppressions=$(abspath $(ASAN_BUILD))/asan.supp \
+	    ROOMCAST_SANITIZER=address ROOMCAST_SLOW_TESTS=1 \
 	    $(SWIFT) test --skip-build --sanitize=address --build-path $(ASAN_BUILD)
 
 # Release builds of roomcastd and the soak driver, which starts the roomcastd beside it.
