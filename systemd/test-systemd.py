@@ -507,14 +507,15 @@ def test_watchdog(t):
 
 
 def test_stop(t, stage):
-    """Item 6: systemctl stop is graceful (STOPPING, output flushed, exit 0) and quick."""
+    """Item 6: systemctl stop flushes what a client takes (STOPPING, output
+    delivered), hands over, and systemd closes the connection; exit 0, quickly."""
     # More output than the kernel's socket buffers hold (tcp_wmem tops out at
     # 4 MiB), so that the daemon itself still owes the reader most of it when
     # the stop begins; the limits are raised so that it may.
     write_config(stage, GOOD_RELOAD + "\n[limits]\noutput_soft_bytes = 64M\noutput_hard_bytes = 64M\n")
     run("systemctl", "reload", UNIT)
-    frames, size = 256, 60 * 1024
-    reader = Client(State.port, rcvbuf=4096)    # reads nothing until the stop has begun
+    frames, size = 128, 60 * 1024
+    reader = Client(State.port, rcvbuf=4096)    # reads nothing until the stop is under way
     sender, watcher = Client(State.port), Client(State.port)
     payloads = [struct.pack("<I", i) + bytes([i % 251]) * (size - 4) for i in range(frames)]
     for i, body in enumerate(payloads):
@@ -528,6 +529,24 @@ def test_stop(t, stage):
     t0 = time.monotonic()
     stop = subprocess.Popen(["nsenter", "-t", PID1, "-a", "--", "systemctl", "stop", UNIT],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A slow reader that keeps reading (4 KiB every ms, about 4 MB/s): the
+    # stop flushes as long as it takes its output (it gives up on a reader
+    # that takes nothing for 50 ms).
+    got, out = [], {}
+
+    def read_slowly():
+        try:
+            while len(got) < frames:
+                reader._fill(min(len(reader.buf) + 4096, 6 + size), timeout=5)
+                if len(reader.buf) >= 6 + size:
+                    got.append(reader.recv(timeout=5))
+                time.sleep(0.001)
+            out["eof"] = reader.closed_by_peer()
+            out["eof_at"] = time.monotonic()
+        except (EOFError, socket.timeout, ConnectionResetError) as e:
+            out["error"] = type(e).__name__
+    worker = threading.Thread(target=read_slowly)
+    worker.start()
     stopping = eventually(lambda: show(UNIT, "ActiveState")["ActiveState"] == "deactivating", timeout=3, interval=0.05)
     # The unit is deactivating from the ExecStop= hook on, a moment before the daemon
     # gets its SIGTERM: wait for the daemon's own STOPPING=1 status.
@@ -536,21 +555,19 @@ def test_stop(t, stage):
     t.check("the unit is deactivating while the daemon, still alive, flushes", stopping,
             str(show(UNIT, "ActiveState", "SubState")))
     t.check("StatusText comes from the daemon's STOPPING=1 message", text.startswith("Stopping: flushing 3 clients"), text)
-    got = []
     try:
-        while len(got) < frames:
-            got.append(reader.recv(timeout=5))
-    except (EOFError, socket.timeout):
-        pass
-    t.check(f"every frame owed to a slow reader is delivered before close ({frames} x {size} bytes)",
-            got == [(OPAQUE, b) for b in payloads], f"received {len(got)} of {frames}")
-    t.check("then the daemon closes the connection", reader.closed_by_peer())
-    try:
-        out, err = stop.communicate(timeout=20)
+        out_, err = stop.communicate(timeout=20)
     except subprocess.TimeoutExpired:
         stop.kill()
-        out, err = stop.communicate()
-    elapsed = time.monotonic() - t0
+        out_, err = stop.communicate()
+    t_stopped = time.monotonic()
+    worker.join(timeout=15)
+    elapsed = t_stopped - t0
+    t.check(f"every frame owed to a slow reader is delivered before close ({frames} x {size} bytes)",
+            got == [(OPAQUE, b) for b in payloads], f"received {len(got)} of {frames} ({out.get('error', '')})")
+    t.check("then the connection closes with a FIN (systemd empties the fd store)", out.get("eof") is True, str(out))
+    if "eof_at" in out:
+        print(f"        the reader saw EOF {1000 * (out['eof_at'] - t_stopped):+.0f} ms after systemctl stop returned")
     t.check("systemctl stop succeeds", stop.returncode == 0, err.strip())
     t.check("quickly: well inside the 5 s drain limit", elapsed < 4, f"{elapsed:.1f} s")
     print(f"        stop took {elapsed:.2f} s with {frames * size // 1024} KiB owed to one client")
@@ -559,13 +576,68 @@ def test_stop(t, stage):
     t.check("the daemon exited 0 (Result=success)",
             s["ActiveState"] == "inactive" and s["Result"] == "success" and s["ExecMainStatus"] == "0", str(s))
     msgs = messages(journal(after=mark))
-    t.check("journal: 'received SIGTERM, stopping' and 'stopped'",
-            any("received SIGTERM, stopping" in m for m in msgs) and "stopped" in msgs, str(msgs))
+    t.check("journal: 'received SIGTERM: flushing', then the hand-over after a flush",
+            any("received SIGTERM: flushing" in m for m in msgs)
+            and any("to systemd's fd store in" in m and "flushed for" in m for m in msgs), str(msgs))
+    for m in msgs:
+        if "to systemd's fd store in" in m:
+            print(f"        | {m}")
     t.check("the socket still listens for the next activation",
             show("roomcastd.socket", "SubState")["SubState"] == "listening")
+    # The sender and the watcher (nothing unread on their side) see a FIN too.
+    t.check("the other clients see EOF, not a reset", sender.closed_by_peer() and watcher.closed_by_peer())
     sender.close()
     watcher.close()
     reader.close()
+
+
+def eof_within(c, timeout):
+    """When (monotonic s) the daemon's side closed with a FIN, reading and
+    dropping whatever comes before it; None on a reset or no EOF in time."""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            c.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if not c.sock.recv(65536):
+                return time.monotonic()
+    except (socket.timeout, ConnectionResetError):
+        return None
+    return None
+
+
+def test_stray_usr2_then_stop(t):
+    """A SIGUSR2 (what the old stop hook sent to announce a restart) means
+    nothing: the daemon stays, and a later systemctl stop closes every
+    client; the next start restores nothing."""
+    clients = [Client(State.port) for _ in range(3)]
+    for i, c in enumerate(clients):
+        c.send(JOIN, user_info(f"u{i}", "usr2"))
+    for c in clients:
+        c.recv()  # its own join: the daemon is up and it is in the room
+    pid = show(UNIT, "MainPID")["MainPID"]
+    mark = cursor()
+    run("systemctl", "kill", "-s", "SIGUSR2", UNIT)
+    time.sleep(1.0)
+    s = show(UNIT, "MainPID", "ActiveState")
+    t.check("a stray SIGUSR2 leaves the daemon running (same PID)", s == {"MainPID": pid, "ActiveState": "active"}, str(s))
+    t.check("journal: SIGUSR2 ignored", bool(eventually(lambda: find(journal(after=mark), "SIGUSR2 ignored"), timeout=3)))
+    t0 = time.monotonic()
+    run("systemctl", "stop", UNIT)
+    t1 = time.monotonic()
+    closed = [eof_within(c, 3) for c in clients]
+    t.check("then systemctl stop is a real stop: every client sees EOF (a FIN, no reset)", all(x is not None for x in closed), str(closed))
+    print(f"        stop took {1000 * (t1 - t0):.0f} ms; the clients saw EOF "
+          + ", ".join(f"{1000 * (x - t1):+.0f} ms" if x else "never" for x in closed) + " after systemctl stop returned")
+    mark = cursor()
+    probe = Client(State.port)  # socket activation starts it again
+    probe.send(HEARTBEAT)
+    started = eventually(lambda: show(UNIT, "ActiveState")["ActiveState"] == "active", timeout=5)
+    msgs = messages(journal(after=mark))
+    t.check("the next start restores nothing (systemd emptied the store on the stop)",
+            bool(started) and not any("restored " in m for m in msgs), str(msgs))
+    probe.close()
+    for c in clients:
+        c.close()
 
 
 def test_json_socket(t, stage):
@@ -671,8 +743,8 @@ def test_handover(t, stage):
     carried over; after the SIGKILL every client back in its room, losses counted."""
     write_config(stage, "[limits]\noutput_soft_bytes = 4M\noutput_hard_bytes = 8M\n")
     s = show(UNIT, "FileDescriptorStoreMax", "ExecStop")
-    t.check("the unit has an fd store (FileDescriptorStoreMax=16) and the stop hook",
-            s["FileDescriptorStoreMax"] == "16" and "--stop-hook" in s["ExecStop"], str(s))
+    t.check("the unit has an fd store (FileDescriptorStoreMax=16) and no stop hook",
+            s["FileDescriptorStoreMax"] == "16" and "roomcastd" not in s.get("ExecStop", ""), str(s))
     pool = ChatPool(State.port, clients=HANDOVER_CLIENTS, rooms=HANDOVER_ROOMS, rate=HANDOVER_RATE)
     try:
         pool.connect()
@@ -719,7 +791,28 @@ def test_handover(t, stage):
                 leave == (1, user_info("bulk", "bulk")), repr(leave[:1]))
         reader.close()
 
-        # 3. An upgrade: a new binary file is installed, then restart.
+        # 3. Two restarts in a row: the second comes while the process the
+        # first started is still starting (restoring, before READY=1), where
+        # systemd sends SIGTERM without running ExecStop=; it hands over as
+        # any SIGTERM does. (A second restart while the first one's stop
+        # still runs is merged into it by PID 1: one restart.)
+        mark = cursor()
+        event(t, pool, "restart x2", ["sh", "-c", f"systemctl restart --no-block {UNIT}; "
+                                      f"for i in $(seq 400); do [ $(systemctl show -P ActiveState {UNIT}) = activating ] && break; sleep 0.005; done; "
+                                      f"sleep 0.05; systemctl restart {UNIT}"])
+        msgs = messages(journal(after=mark))
+        starting = [m for m in msgs if m.startswith("Starting roomcastd.service")]
+        handed = [m for m in msgs if "to systemd's fd store in" in m]
+        # The second SIGTERM finds the process restoring (it hands over again)
+        # or, earlier, before its first instruction (it dies with nothing taken
+        # and the next process restores the same store): either way no client
+        # is lost, which the checks after the upgrade count.
+        t.check("restart x2: systemd started two processes, the second SIGTERM reached one that was starting",
+                len(starting) == 2, str(starting))
+        for m in [m for m in msgs if m.startswith("restored ") or "to systemd's fd store in" in m or "received SIGTERM" in m]:
+            print(f"        | {m}")
+
+        # 4. An upgrade: a new binary file is installed, then restart.
         binary = os.path.join(stage, BINDIR, "roomcastd")
         old_inode = os.stat(binary).st_ino
         shutil.copy2(binary, binary + ".new")
@@ -736,13 +829,13 @@ def test_handover(t, stage):
         eof, rst = pool.closed()
         expected = pool.expected()
         received = pool.deliveries()
-        t.check("no client saw EOF or RST across two restarts and an upgrade", eof == 0 and rst == 0, f"{eof} EOF, {rst} RST")
+        t.check("no client saw EOF or RST across four restarts (two 50 ms apart) and an upgrade", eof == 0 and rst == 0, f"{eof} EOF, {rst} RST")
         t.check(f"every chat frame arrived once and in order ({received} of {expected} deliveries)",
                 pool.lost() == 0 and pool.duplicates == 0 and pool.skipped == 0 and pool.foreign == 0 and received == expected,
                 f"lost {pool.lost()}, duplicated or reordered {pool.duplicates}, skipped {pool.skipped}, from another room {pool.foreign}")
         print(f"        {sum(pool.sent)} chat frames sent, {received} deliveries checked for order, loss and duplicates")
 
-        # 4. A crash: SIGKILL, nothing handed over; the live box and log bring everyone back.
+        # 5. A crash: SIGKILL, nothing handed over; the live box and log bring everyone back.
         expected0, received0 = pool.expected(), pool.deliveries()
         pool.start_chat()
         pool.split_next(pool.members[75::100])
@@ -771,16 +864,74 @@ def test_handover(t, stage):
     write_config(stage, "")
 
 
+def test_budget(t):
+    """LimitNOFILE= lowered so that the live box cannot hold max_clients
+    (descriptors in flight count against RLIMIT_NOFILE): told at start in
+    one line with the numbers; a rebuild that no longer fits is logged once
+    and retried with backoff, never an error per loop turn; a restart keeps
+    every client."""
+    dropin = "/etc/systemd/system/roomcastd.service.d/nofile.conf"
+    write_file(dropin, "[Service]\nLimitNOFILE=3000\n")
+    run("systemctl", "daemon-reload")
+    mark = cursor()
+    run("systemctl", "restart", UNIT)
+    clients = []
+    try:
+        budget = eventually(lambda: [r for r in journal(after=mark) if r.get("REASON") == "handover_budget"], timeout=5)
+        line = budget[0]["MESSAGE"] if budget else ""
+        t.check("told at start, in one line (REASON=handover_budget), with the numbers",
+                len(budget) == 1 and "30000 descriptors in flight" in line and "RLIMIT_NOFILE is 3000" in line, line or "no such record")
+        print(f"        | {line}")
+        # 1,600 clients: the live box holds 1,600; once 100 close, a rebuild
+        # would need the old box and a new one (3,100) in flight: over 3,000.
+        for _ in range(1600):
+            clients.append(Client(State.port))
+        t.check("1,600 clients connected", eventually(lambda: status_text().startswith("1600 clients"), timeout=10), status_text())
+        mark = cursor()
+        for c in clients[:100]:
+            c.close()
+        del clients[:100]
+        # More loop turns that accept and close clients, for 3 s.
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3:
+            extra = Client(State.port)
+            time.sleep(0.02)
+            extra.close()
+        recs = journal(after=mark)
+        failed = [r["MESSAGE"] for r in recs if r.get("REASON") == "handover_failed"]
+        t.check("the rebuild that does not fit: logged once in 3 s of accepting, not per loop turn", len(failed) == 1, str(failed))
+        for m in failed[:3]:
+            print(f"        | {m}")
+        mark = cursor()
+        run("systemctl", "restart", UNIT)
+        recs = eventually(lambda: find(journal(after=mark), "restored "), timeout=5)
+        restored = recs[0]["MESSAGE"] if recs else ""
+        t.check("a restart under the broken budget keeps every client (the live box holds them all)",
+                restored.startswith(f"restored {len(clients)} connections"), restored)
+        time.sleep(0.5)
+        import select
+        poller = select.poll()
+        for c in clients:
+            poller.register(c.sock, select.POLLIN)
+        readable = poller.poll(0)
+        t.check("no client was closed", not readable, f"{len(readable)} readable (EOF or reset)")
+    finally:
+        for c in clients:
+            c.close()
+        run("rm", "-f", dropin)
+        run("systemctl", "daemon-reload")
+        run("systemctl", "restart", UNIT)
+
+
 # ---------------------------------------------------------------- a cluster across restarts
 
 # The second of two restarts comes 50 ms after the first one's new process
 # started (while it restores, before READY=1: systemd sends that SIGTERM
-# without ExecStop=). A daemon whose every SIGTERM hands over keeps its
-# clients through it; one that relies on the ExecStop= hook to tell a
-# restart from a stop drops them. False runs the second restart 2 s after
-# the first (each a plain restart) until the daemon hands over on every
-# SIGTERM; then set it to True.
-CLUSTER_RESTARTS_50MS_APART = False
+# without ExecStop=); every SIGTERM hands over, so the clients stay. False
+# runs the second restart 2 s after the first (two plain restarts), for a
+# daemon that tells a restart from a stop with an ExecStop= hook, which
+# drops every client in the 50 ms case.
+CLUSTER_RESTARTS_50MS_APART = True
 CLUSTER_NAME = "systemdtest"
 CLUSTER_CLIENTS, CLUSTER_ROOMS, CLUSTER_RATE = 1000, 10, 0.2
 # Redis's Unix socket, in the container's /run: the socket-activated unit has no
@@ -1088,6 +1239,8 @@ def main():
         t.section("6. graceful stop", test_stop, args.stage)
         t.section("JSON listener through roomcastd-json.socket", test_json_socket, args.stage)
         t.section("restarts, an upgrade and a crash keep every client", test_handover, args.stage)
+        t.section("a stray SIGUSR2, then systemctl stop: a real stop", test_stray_usr2_then_stop)
+        t.section("LimitNOFILE= lowered: the budget does not hold", test_budget)
         t.section("two daemons on one Redis: restarts and a crash keep every client and every room on the cluster",
                   test_cluster_handover, args.stage, args.install_stage)
     t.section("7. systemd-analyze verify and security", test_verify)

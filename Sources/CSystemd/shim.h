@@ -1,3 +1,2 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
-#include <systemd/sd-bus.h>

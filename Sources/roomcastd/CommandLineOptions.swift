@@ -9,8 +9,6 @@ struct CommandLineOptions: Equatable {
     var checkConfig = false
     var showHelp = false
     var showVersion = false
-    /// `--stop-hook=$MAINPID`: the unit's ExecStop= (StopHook.swift), not for people.
-    var stopHookPID: String?
 
     struct UsageError: Error, Equatable { var message: String }
 
@@ -28,9 +26,9 @@ struct CommandLineOptions: Equatable {
           -V, --version         print the version and exit
           -h, --help            print this help and exit
 
-        Signals: SIGHUP reloads the config file; SIGTERM/SIGINT stop gracefully;
-        SIGUSR2 (sent by the unit's ExecStop= on a restart) makes the next SIGTERM
-        hand the connections over to the next process through systemd's fd store.
+        Signals: SIGHUP reloads the config file; SIGINT stops gracefully; SIGTERM
+        too, except under a unit with an fd store ($FDSTORE), where it flushes and
+        then hands the connections to systemd's fd store (a restart keeps them).
         Exit status: 0 ok, 1 runtime failure, 64 bad usage, 78 invalid config.
         """
 
@@ -64,11 +62,6 @@ struct CommandLineOptions: Equatable {
                         return .failure(UsageError(message: "option '\(name)': '\(v)' is not an address like 127.0.0.1:9898 or [::1]:9898"))
                     }
                     o.listen.append(address)
-                case .failure(let e): return .failure(e)
-                }
-            case "--stop-hook":
-                switch value(name, inline: inline) {
-                case .success(let v): o.stopHookPID = v
                 case .failure(let e): return .failure(e)
                 }
             case "-t", "--check-config": o.checkConfig = true

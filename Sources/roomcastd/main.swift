@@ -13,7 +13,7 @@ import RoomcastServer
 // (signalfd(2)). SIGPIPE never kills the process: sends use
 // MSG_NOSIGNAL, and it is ignored.
 let earlyBlocked = roomcastd_early_blocked_signals()
-let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, StopHook.restartSignal, 0])
+let signalFD = cshim_block_signals_fd([SIGTERM, SIGINT, SIGHUP, SIGUSR2, 0])
 signal(SIGPIPE, SIG_IGN)
 
 /// sysexits(3) codes.
@@ -36,7 +36,7 @@ func fail(_ message: String, status: Int32) -> Never {
 }
 
 guard signalFD >= 0 else { fail("signalfd: \(String(cString: strerror(errno)))", status: 1) }
-if [SIGTERM, SIGINT, SIGHUP, StopHook.restartSignal].contains(where: { earlyBlocked & (1 << UInt64($0 - 1)) == 0 }) {
+if [SIGTERM, SIGINT, SIGHUP, SIGUSR2].contains(where: { earlyBlocked & (1 << UInt64($0 - 1)) == 0 }) {
     // Not fatal (they are blocked now), but a build that lost the initializer
     // can be killed by a signal in its first milliseconds again.
     fputs("roomcastd: warning: the early signal mask was not set (CEarlySignals' initializer did not run)\n", stderr)
@@ -55,9 +55,6 @@ if invocation.showHelp {
 if invocation.showVersion {
     print("roomcastd \(roomcastVersion)")
     exit(0)
-}
-if let mainPID = invocation.stopHookPID {
-    exit(StopHook.run(mainPID: mainPID))
 }
 
 // systemd's environment is read once, before anything else (sd_listen_fds(3)

@@ -1,5 +1,5 @@
 // roomcastd only: blocks the signals the daemon takes through its signalfd
-// (SIGTERM, SIGINT, SIGHUP, and SIGUSR2 from the stop hook) from an ELF initializer, before the Swift runtime
+// (SIGTERM, SIGINT, SIGHUP, and SIGUSR2, which it ignores) from an ELF initializer, before the Swift runtime
 // starts and long before main.swift runs. Linked into the roomcastd
 // executable alone: the client, the bench, the soak driver and the test
 // bundle must keep their signals (see Package.swift).

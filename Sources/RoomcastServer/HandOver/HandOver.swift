@@ -3,18 +3,26 @@ import RoomcastCore
 import RoomcastIO
 
 // HandOver.swift owns restarts that keep every client connected (docs/operations.md,
-// "Restarts, upgrades and crashes"). On the SIGTERM of a `systemctl restart` (announced
-// by the unit's stop hook, StopHook.swift) the process stops reading, lets
-// the iteration's output go, and then puts every client descriptor into a
-// box (HandOverBox.swift) and everything it knows about them into a sealed
-// memfd (`HandOverState`), stores both in systemd's fd store and exits 0.
-// The next process takes them back in `start()`, before READY=1, through
-// the same `Server.open` as an accepted client plus the state: its room and
-// identity (no join or leave is announced), partial input, owed output,
-// heartbeat time left, violations and token buckets.
+// "Restarts, upgrades and crashes"). Every SIGTERM under a unit with an fd
+// store is a hand-over: the process stops accepting and reading, flushes
+// what the clients are owed while they take it (`HandOverControl`), and
+// then puts every client descriptor into a box (HandOverBox.swift) and
+// everything it knows about them into a sealed memfd (`HandOverState`),
+// stores both in systemd's fd store and exits 0. What happens next is
+// systemd's to decide, not ours to guess: on a restart the next process
+// takes them back in `start()`, before READY=1, through the same
+// `Server.open` as an accepted client plus the state (room, identity,
+// partial input, owed output, heartbeat time left, violations, token
+// buckets); on a stop PID 1 empties the store, closing the last copy of
+// each socket, and the clients see the close (a FIN once the kernel has
+// sent what it holds).
 //
-// A `systemctl stop`, SIGINT, or a SIGTERM outside systemd stops as
-// before (Lifecycle.swift): systemd 252 empties the fd store on a stop.
+// systemd 252 does not tell a service why it stops it, and a hook asking
+// PID 1 (ExecStop=) races: while the unit is starting or reloading systemd
+// sends SIGTERM without running ExecStop=.
+//
+// SIGINT, and SIGTERM without an fd store (outside systemd), stop as
+// before (Lifecycle.swift).
 
 /// The FDNAME= of what roomcastd keeps in systemd's fd store. A socket
 /// unit's FileDescriptorName= must not be one of these.
@@ -46,16 +54,29 @@ enum HandOverName {
 
 /// Where the daemon is with a hand-over.
 struct HandOverControl {
-    /// The stop hook said the coming SIGTERM is a restart (SIGUSR2).
-    var restartAnnounced = false
-    /// The SIGTERM of a restart arrived: hand over at the end of this iteration.
+    /// SIGTERM arrived: flush, then hand over at the end of an iteration.
     var pending = false
+    /// The flush before the hand-over: when it began, when the owed bytes
+    /// last went down and how many there were then, on the monotonic clock
+    /// in ms; nil until the first iteration that ended with bytes owed.
+    var flush: (startedMs: UInt64, progressMs: UInt64, owed: Int)?
+    /// The flush gives up once no client took a byte for this long, in ms:
+    /// a client that does not read is not worth every other client's gap
+    /// (its owed output is handed over, and kept on a restart).
+    var flushIdleMs: UInt64 = 50
+    /// The flush gives up after this long in any case, in ms: the drain of a
+    /// stop (docs/protocol.md, section 10: up to 5 s).
+    var flushLimitMs: UInt64 = Server.drainTimeoutMs
     /// When the process stopped reading, on its monotonic clock, in ms.
     var stoppedReadingMs: UInt64 = 0
     /// Everything is in systemd's hands: exit without closing anything.
     var done = false
     /// Listeners the previous process stored (standalone unit), not yet adopted.
     var storedListeners: [(fd: Int32, name: String)] = []
+    /// Listener descriptors this process keeps in systemd's fd store.
+    var listenersInStore = 0
+    /// Descriptors one box holds here (`HandOverBox.measureCapacity`); 0: not measured.
+    var boxCapacity = 0
     /// The highest live box or log generation the previous process left.
     var previousLiveGeneration: UInt32 = 0
     /// How long storing may wait for PID 1 to take the descriptors, in ms:
@@ -79,19 +100,9 @@ extension Server {
 
     // MARK: - The old process
 
-    /// SIGUSR2 from the stop hook: the SIGTERM that follows is a restart.
-    func announceRestart() {
-        guard canHandOver else {
-            logger.notice("SIGUSR2 (a restart is coming), but the unit has no fd store (FDSTORE= unset): the connections will be closed")
-            return
-        }
-        handOver.restartAnnounced = true
-        logger.info("systemd is restarting roomcastd: the \(plural(table.count, "connection")) will be handed over to the next process")
-    }
-
-    /// The SIGTERM of a restart: no more accepting or reading; the hand-over
-    /// itself happens at the end of this loop iteration, once the frames it
-    /// read are relayed and flushed.
+    /// SIGTERM with an fd store: no more accepting or reading; the frames
+    /// this iteration read are relayed, what is owed is flushed while
+    /// clients take it (`handOverDue`), then everything is handed over.
     func beginHandOver() {
         stopping = true
         handOver.pending = true
@@ -100,8 +111,34 @@ extension Server {
             if let r = listeners.all[i].registration { selector.deregister(r) }
             listeners.all[i].registration = nil
         }
-        systemd.notify("STOPPING=1\nSTATUS=Restarting: handing \(plural(table.count, "client")) over")
-        logger.info("received SIGTERM for a restart: handing \(plural(table.count, "connection")) in \(plural(relay.roomCount, "room")) over")
+        systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client")), then handing them to systemd's fd store")
+        logger.info("received SIGTERM: flushing, then handing \(plural(table.count, "connection")) in \(plural(relay.roomCount, "room"))"
+                    + " to systemd's fd store (a restart takes them back, a stop closes them)")
+    }
+
+    /// At the end of an iteration after `beginHandOver`: whether the flush
+    /// is over (nothing owed, no client took a byte for `flushIdleMs`, or
+    /// `flushLimitMs` passed). The first time bytes are owed, reading stops
+    /// for every connection (epoll interest), so that only writes wake the loop.
+    func handOverDue(now: UInt64) -> Bool {
+        var owed = 0
+        for id in table.ids where table.state(id) != .closing { owed += table.fanout.outboxes[id].pending }
+        if owed == 0 { return true }
+        guard var flush = handOver.flush else {
+            handOver.flush = (now, now, owed)
+            for id in table.ids where table.state(id) != .closing { setWriteInterest(id, table.fanout.outboxes[id].pending > 0) }
+            return false
+        }
+        if owed < flush.owed { (flush.progressMs, flush.owed) = (now, owed) }
+        handOver.flush = flush
+        return now >= flush.startedMs + handOver.flushLimitMs || now >= flush.progressMs + handOver.flushIdleMs
+    }
+
+    /// When the flush next needs a look (`handOverDue`), in ms; nil when
+    /// there is no flush.
+    var handOverFlushDeadline: UInt64? {
+        guard handOver.pending, let f = handOver.flush else { return nil }
+        return min(f.startedMs + handOver.flushLimitMs, f.progressMs + handOver.flushIdleMs)
     }
 
     /// Boxes and stores everything (the end of the iteration of `beginHandOver`).
@@ -127,6 +164,13 @@ extension Server {
             if liveBox != nil { r.key = UInt64(live!.slot(id).serial) }
             state.connections.append(r)
         }
+        let owed = state.connections.reduce(0) { $0 + $1.output.count }
+        if liveBox == nil, let live, UInt64(live.boxed + ids.count) + Self.reservedDescriptors > descriptorLimit {
+            // A box of its own beside the live ones would not fit in flight
+            // under RLIMIT_NOFILE: the live boxes go first (PID 1 lets go of
+            // them at the barrier; a crash now would lose the clients anyway).
+            releaseLiveBoxes()
+        }
         var boxes: [Int32] = []
         var stateFD: Int32 = -1
         do throws(SystemError) {
@@ -140,6 +184,16 @@ extension Server {
             boxes.forEach(Sys.close)
             Sys.close(stateFD)
         }
+        // Room in the store (FileDescriptorStoreMax=) for the state and any
+        // box of its own: the live log is of no use to a graceful restore.
+        if fdStoreRoom() < 1 + boxes.count, let live, live.logGeneration > 0 {
+            let name = "\(HandOverName.liveStatePrefix)\(live.logGeneration)"
+            systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
+            live.inStore[name] = nil
+        }
+        if fdStoreRoom() < 1 + boxes.count {
+            return handOverFailed("systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) has no room for \(1 + boxes.count) more descriptors")
+        }
         // The state first: a box that arrives without it is still served
         // (fresh state), the reverse would lose the clients.
         if let problem = storeBeforeExit([stateFD], name: HandOverName.state) { return handOverFailed("storing the state: " + problem) }
@@ -148,11 +202,37 @@ extension Server {
         handOver.done = true
         cluster?.shutdown(bye: false)  // the next process subscribes as the same daemon
         let ms = clock() - handOver.stoppedReadingMs
-        logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) over to the next process in \(ms) ms"
-                    + " (\(liveBox ?? "a new box"))" + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
+        logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) to systemd's fd store in \(ms) ms"
+                    + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms" + (owed > 0 ? ", \(owed) bytes still owed go with the state" : "") } ?? "") + ")"
+                    + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
                     ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount)])
-        systemd.notify("STATUS=Restarting: \(plural(ids.count, "client")) handed over")
+        systemd.notify("STATUS=Stopping: \(plural(ids.count, "client")) handed to systemd's fd store")
         return true
+    }
+
+    /// Removes the live boxes from the store and closes this process's ends,
+    /// and waits (at most `timeoutMs`) until PID 1 has let go of them: their
+    /// descriptors are no longer in flight.
+    private func releaseLiveBoxes() {
+        guard let live else { return }
+        var names = ["\(HandOverName.liveBoxPrefix)\(live.boxGeneration)"]
+        live.pendingStores.removeAll { p in
+            guard p.name.hasPrefix(HandOverName.liveBoxPrefix) else { return false }
+            p.fds.forEach(Sys.close)
+            if let old = p.thenRemove { names.append(old) }  // never sent: the older generation is still stored
+            return true
+        }
+        for name in Set(names) {
+            _ = sendWaiting("FDSTOREREMOVE=1\nFDNAME=\(name)", fds: [])
+            live.inStore[name] = nil
+        }
+        for box in live.fullBoxes + (live.box.map { [$0] } ?? []) {
+            Sys.close(box.writeEnd)
+            Sys.close(box.readEnd)
+        }
+        (live.fullBoxes, live.box, live.boxed, live.dead) = ([], nil, 0, 0)
+        _ = barrier(timeoutMs: handOver.timeoutMs)
+        logger.info("removed the live boxes from systemd's fd store before the hand-over: a second copy of every descriptor would not fit in flight under RLIMIT_NOFILE (\(descriptorLimit))")
     }
 
     /// `ids` less the connections owing the most output, as many as it takes
@@ -283,7 +363,6 @@ extension Server {
         logger.error("cannot hand the connections over: \(why); stopping and closing them instead",
                      ["REASON": "handover_failed", "DETAIL": why])
         stopping = false
-        handOver.restartAnnounced = false
         beginStop(signal: SIGTERM)
         return false
     }
@@ -306,14 +385,20 @@ extension Server {
     func keepListenersInStore() {
         handOver.storedListeners.forEach { Sys.close($0.fd) }
         handOver.storedListeners = []
+        handOver.listenersInStore = 0
         guard canHandOver, systemd.listenFDs.isEmpty else { return }
         for dialect in [Dialect.ltb, .json] {
             let name = HandOverName.listener(dialect)
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)
-            if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
+            if !fds.isEmpty, fds.count > systemd.fdStoreMax - handOver.listenersInStore {
+                logger.warning("no room in systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) for the \(name) listener: the port closes during restarts",
+                               ["REASON": "fdstore_budget"])
+            } else if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
                 logger.warning("could not keep the \(name) listener in systemd's fd store (\(problem)): the port closes during restarts",
                                ["REASON": "handover_failed"])
+            } else if !fds.isEmpty {
+                handOver.listenersInStore += fds.count
             }
         }
     }

@@ -24,8 +24,10 @@ struct HandOverBox {
     }
 
     /// A new, empty box, both ends close-on-exec, the write end non-blocking.
+    /// - Parameter sendBuffer: the SO_SNDBUF asked for, in bytes (what the
+    ///   box holds: the kernel caps it at net.core.wmem_max).
     /// - Throws: `SystemError` from socketpair(2).
-    static func make() throws(SystemError) -> HandOverBox {
+    static func make(sendBuffer: Int32 = 4 << 20) throws(SystemError) -> HandOverBox {
         var sv: [Int32] = [-1, -1]
         _ = try Sys.blocking("socketpair") { socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0, &sv) }
         do { try Sys.setNonBlocking(sv[1]) } catch {
@@ -35,7 +37,7 @@ struct HandOverBox {
         }
         // Room for more than the 212 KiB default (best effort: capped at
         // net.core.wmem_max; SO_SNDBUFFORCE needs CAP_NET_ADMIN).
-        Sys.setOption(sv[1], SOL_SOCKET, SO_SNDBUF, 4 << 20)
+        Sys.setOption(sv[1], SOL_SOCKET, SO_SNDBUF, sendBuffer)
         return HandOverBox(readEnd: sv[0], writeEnd: sv[1])
     }
 
@@ -74,6 +76,30 @@ struct HandOverBox {
             start = end
         }
         return (sent, nil)
+    }
+
+    /// How many descriptors one box holds on this machine: its send buffer
+    /// (SO_SNDBUF as granted, capped by net.core.wmem_max) over what one
+    /// message of `Sys.maxDescriptorsPerMessage` costs there (SO_MEMINFO,
+    /// the skb's truesize: 2,304 bytes on Linux 6.18, so about 46,800 at the
+    /// default wmem_max of 212,992 bytes), measured with a pipe's descriptor.
+    /// nil when it cannot be measured.
+    static func measureCapacity() -> Int? {
+        guard let box = try? make() else { return nil }
+        defer {
+            Sys.close(box.writeEnd)
+            Sys.close(box.readEnd)
+        }
+        var p: [Int32] = [-1, -1]
+        guard pipe(&p) == 0 else { return nil }
+        defer { p.forEach(Sys.close) }
+        let entries = (0..<Sys.maxDescriptorsPerMessage).map { (key: UInt64($0), fd: p[0]) }
+        guard box.put(entries[...]).count == entries.count else { return nil }
+        // SO_MEMINFO (socket(7)): u32 SK_MEMINFO_VARS; [2] wmem_alloc, [3] sndbuf.
+        var info = [UInt32](repeating: 0, count: 9)
+        var size = socklen_t(info.count * 4)
+        guard info.withUnsafeMutableBytes({ getsockopt(box.writeEnd, SOL_SOCKET, 55, $0.baseAddress, &size) }) == 0, info[2] > 0 else { return nil }
+        return Int(info[3]) / Int(info[2]) * Sys.maxDescriptorsPerMessage
     }
 
     /// Closes the write end: the box is complete (its reader sees EOF after

@@ -46,9 +46,16 @@ final class LiveStore {
     /// Opened since the last iteration: put into the box at its end.
     var toBox: [(key: UInt64, fd: Int32)] = []
 
+    /// The box new connections go into; `fullBoxes` are the boxes of the
+    /// same generation that filled up before it (a box holds about 46,800
+    /// descriptors at the default net.core.wmem_max: `HandOverBox.measureCapacity`).
+    /// All of a generation's boxes are stored under one name.
     var box: HandOverBox?
+    var fullBoxes: [HandOverBox] = []
+    /// The SO_SNDBUF a new box asks for, in bytes (tests make small boxes).
+    var boxSendBuffer: Int32 = 4 << 20
     var boxGeneration: UInt32 = 0
-    /// Entries in the current box, and how many of them are closed since.
+    /// Entries in the current generation's boxes, and how many of them are closed since.
     var boxed = 0
     var dead = 0
     /// What the closed entries' send queues held when they closed, in bytes:
@@ -73,6 +80,18 @@ final class LiveStore {
         var thenRemove: String?
     }
     var pendingStores: [PendingStore] = []
+    /// The descriptors PID 1 holds for the live box and log, by name, once
+    /// it has read what was sent: what counts against `$FDSTORE` with the
+    /// listeners and, at exit, the hand-over (`Server.fdStoreRoom`).
+    var inStore: [String: Int] = [:]
+
+    /// A box rebuild that could not be done (no room in the store, a
+    /// socketpair or sendmsg failing, ETOOMANYREFS): not tried again before
+    /// `rebuildRetryMs`; the wait doubles from 100 ms to 10 s, and the
+    /// trouble is logged once until a rebuild succeeds.
+    var rebuildRetryMs: UInt64 = 0
+    var rebuildBackoffMs: UInt64 = 0
+    var rebuildTrouble: String?
     /// Stores dropped because a newer generation came before PID 1 took them.
     var supersededStores = 0
 
@@ -94,7 +113,7 @@ final class LiveStore {
     deinit {
         if let map { Sys.unmap(map, size: capacity) }
         if logFD >= 0 { Sys.close(logFD) }
-        if let box {
+        for box in fullBoxes + (box.map { [$0] } ?? []) {
             Sys.close(box.writeEnd)
             Sys.close(box.readEnd)
         }
@@ -248,42 +267,123 @@ extension Server {
             logLive(LiveLog.room(live.slots[id].serial, room: relay.roomName(of: id), identity: relay.identity(of: id)))
         }
         if !live.toBox.isEmpty {
-            if let box = live.box {
-                let (n, error) = box.put(live.toBox[...])
+            var broken = live.box == nil
+            let room = inFlightRoom()
+            if room < live.toBox.count, live.rebuildTrouble == nil {
+                liveBoxTrouble("RLIMIT_NOFILE (\(descriptorLimit)) allows no more descriptors in flight (\(live.boxed) in the live box)",
+                               live.boxed - live.dead + live.toBox.count, clock())
+            }
+            if let box = live.box, room > 0 {
+                let (n, error) = box.put(live.toBox.prefix(room))
                 live.boxed += n
                 live.toBox.removeFirst(n)
-                if let error { logger.warning("live box: \(error.description); rebuilding it", ["REASON": "handover_failed"]) }
+                if let error {
+                    broken = true
+                    if live.rebuildTrouble == nil { logger.warning("live box: \(error.description); rebuilding it", ["REASON": "handover_failed"]) }
+                }
             }
-            if !live.toBox.isEmpty { rebuildLiveBox() }  // full (or broken): a new, larger generation
+            // Full: one more box; broken: a new generation.
+            if !live.toBox.isEmpty && inFlightRoom() > 0 { if broken { rebuildLiveBox() } else { addLiveBox() } }
+        } else if live.box == nil || live.incomplete {
+            rebuildLiveBox()  // an earlier rebuild failed (retried with backoff)
         }
-        if live.dead >= LiveStore.deadBeforeRebuild && live.dead > live.boxed - live.dead || live.deadBytes > live.deadBytesBeforeRebuild {
+        // Closed entries outnumber open ones (or pin too much kernel memory),
+        // or a rebuild (the old box and a new one with every open connection,
+        // in flight at once) would soon no longer fit under RLIMIT_NOFILE (HandOverBudget).
+        let open = live.boxed - live.dead
+        if live.dead >= LiveStore.deadBeforeRebuild && (live.dead > open || open + 256 > inFlightRoom()) || live.deadBytes > live.deadBytesBeforeRebuild {
             rebuildLiveBox()
         }
         if !live.pendingStores.isEmpty { sendLiveStores() }
     }
 
+    /// The current box is full: one more box for this generation, stored
+    /// under the same name (PID 1 keeps several descriptors per name).
+    private func addLiveBox() {
+        guard let live, let current = live.box else { return }
+        guard fdStoreRoom() >= 1, let box = try? HandOverBox.make(sendBuffer: live.boxSendBuffer) else { return rebuildLiveBox() }
+        let (n, _) = box.put(live.toBox.prefix(max(0, inFlightRoom())))
+        guard n > 0 else {
+            Sys.close(box.writeEnd)
+            Sys.close(box.readEnd)
+            return rebuildLiveBox()
+        }
+        live.fullBoxes.append(current)
+        live.box = box
+        live.boxed += n
+        live.toBox.removeFirst(n)
+        queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd, thenRemove: nil)
+        logger.debug("live box \(live.boxGeneration): a box of \(live.fullBoxes.count + 1) filled up, another one added")
+    }
+
     /// A new box with every open connection, stored as the next generation;
-    /// the old one is removed from the store once the new one is in.
+    /// the old one is removed from the store once the new one is in. Never
+    /// replaces a stored box with one that holds fewer connections or that
+    /// the store has no room for: the old one stays, and the rebuild is
+    /// retried with backoff (`LiveStore.rebuildRetryMs`), logged once.
     func rebuildLiveBox() {
         guard let live else { return }
+        let now = clock()
+        guard now >= live.rebuildRetryMs else { return }
         let entries = table.ids.compactMap { id -> (key: UInt64, fd: Int32)? in
             let serial = live.slot(id).serial
             return serial == 0 ? nil : (serial, table.slots[id]!.fd)
         }
-        let box: HandOverBox
-        do { box = try HandOverBox.make() } catch {
-            logger.error("cannot make a live box: \(error.description): a crash now would drop the clients", ["REASON": "handover_failed"])
-            return
+        // The old boxes stay in flight until the new ones are stored.
+        guard entries.count <= inFlightRoom() else {
+            return liveBoxTrouble("a rebuild would put \(live.boxed + entries.count) descriptors in flight, over RLIMIT_NOFILE (\(descriptorLimit)) less a margin of \(Self.inFlightMargin)",
+                                  entries.count, now)
         }
-        let (n, error) = box.put(entries[...])
+        let room = fdStoreRoom()
+        guard room >= 1 else {
+            return liveBoxTrouble("systemd's fd store is full (FDSTORE=\(systemd.fdStoreMax), \(systemd.fdStoreMax - room) in use)", entries.count, now)
+        }
+        // As many boxes as it takes (each holds thousands), no more than the store has room for.
+        var boxes: [HandOverBox] = []
+        var n = 0
+        var failure: SystemError?
+        while n < entries.count || boxes.isEmpty {
+            guard boxes.count < room else {
+                failure = SystemError("systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) has room for \(room) boxes", errno: ENOSPC)
+                break
+            }
+            let box: HandOverBox
+            do { box = try HandOverBox.make(sendBuffer: live.boxSendBuffer) } catch {
+                failure = error
+                break
+            }
+            boxes.append(box)
+            let (put, trouble) = box.put(entries[n...])
+            n += put
+            if trouble != nil || put == 0 {
+                failure = trouble
+                break
+            }
+        }
+        if n < entries.count && live.box != nil {
+            // The stored boxes keep more: keep them (descriptors in flight count
+            // against RLIMIT_NOFILE, so a rebuild needs room for a second copy).
+            for box in boxes {
+                Sys.close(box.writeEnd)
+                Sys.close(box.readEnd)
+            }
+            return liveBoxTrouble("new boxes took \(n) of \(entries.count) (\(failure?.description ?? "full"))", entries.count, now)
+        }
+        guard let box = boxes.last else { return liveBoxTrouble(failure?.description ?? "no box", entries.count, now) }
         if n < entries.count {
-            logger.error("live box holds \(n) of \(entries.count) connections (\(error?.description ?? "full")): a crash would drop the rest",
+            logger.error("live box holds \(n) of \(entries.count) connections (\(failure?.description ?? "full")): a crash would drop the rest",
                          ["REASON": "handover_failed"])
+        } else if live.rebuildTrouble != nil {
+            logger.info("live box rebuilt with all \(plural(n, "connection")): a crash keeps every client again")
         }
-        if let old = live.box {
+        live.rebuildTrouble = nil
+        live.rebuildBackoffMs = 0
+        live.rebuildRetryMs = 0
+        for old in live.fullBoxes + (live.box.map { [$0] } ?? []) {
             Sys.close(old.writeEnd)
             Sys.close(old.readEnd)
         }
+        live.fullBoxes = Array(boxes.dropLast())
         live.box = box
         live.boxed = n
         live.dead = 0
@@ -291,8 +391,45 @@ extension Server {
         live.incomplete = n < entries.count
         live.toBox.removeAll()
         live.boxGeneration += 1
+        for b in boxes.dropLast() { queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: b.readEnd, thenRemove: nil) }
         queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd,
                        thenRemove: live.boxGeneration > handOver.previousLiveGeneration + 1 ? "livebox-\(live.boxGeneration - 1)" : nil)
+    }
+
+    /// A rebuild that could not be done: the old box stays, the next try
+    /// waits (100 ms doubling to 10 s), and only the first trouble is logged.
+    private func liveBoxTrouble(_ why: String, _ count: Int, _ now: UInt64) {
+        guard let live else { return }
+        live.rebuildBackoffMs = min(max(100, live.rebuildBackoffMs * 2), 10_000)
+        live.rebuildRetryMs = now + live.rebuildBackoffMs
+        if live.rebuildTrouble == nil {
+            let kept = live.box == nil ? "no live box" : "the live box keeps \(live.boxed - live.dead) of \(count) connections"
+            logger.error("cannot rebuild the live box: \(why); \(kept) (a crash drops the others); retrying with backoff up to 10 s",
+                         ["REASON": "handover_failed", "DETAIL": why])
+        }
+        live.rebuildTrouble = why
+    }
+
+    /// Descriptors this process may still put in flight, in descriptors: the
+    /// kernel refuses every SCM_RIGHTS message, those to the notify socket
+    /// too, once the user's descriptors in flight exceed RLIMIT_NOFILE
+    /// (unix(7), ETOOMANYREFS); `inFlightMargin` keeps room for the stores.
+    func inFlightRoom() -> Int {
+        Int(clamping: descriptorLimit) - (live?.boxed ?? 0) - Self.inFlightMargin
+    }
+
+    /// What `inFlightRoom` keeps free, in descriptors: the kernel checks the
+    /// limit before a message, so one message may pass it by 253; and the
+    /// stores of a log, a box or the state.
+    static let inFlightMargin = 2 * Sys.maxDescriptorsPerMessage + 64
+
+    /// How many more descriptors systemd's fd store takes (`$FDSTORE`, the
+    /// unit's FileDescriptorStoreMax=, less what this process keeps there:
+    /// listeners, live boxes and logs, stores not yet sent). PID 1 drops
+    /// what does not fit and tells only its journal (systemd.service(5)).
+    func fdStoreRoom() -> Int {
+        let live = self.live.map { $0.inStore.values.reduce(0, +) } ?? 0
+        return systemd.fdStoreMax - handOver.listenersInStore - live
     }
 
     /// A compacted log generation: a snapshot of every open connection, with
@@ -324,6 +461,16 @@ extension Server {
             logger.error("the live log (at most \(formatSize(live.maximumLogBytes))) cannot hold \(plural(left.count, "connection")) "
                          + "(\(left.prefix(3).joined(separator: ", "))…): a crash would close them", ["REASON": "handover_failed"])
         }
+        guard fdStoreRoom() >= 1 else {
+            // No room for a second generation: the old one stays stored (its
+            // records stop here) rather than none.
+            if live.rebuildTrouble == nil {
+                logger.error("cannot store a new live log: systemd's fd store is full (FDSTORE=\(systemd.fdStoreMax)); a crash restores the older one",
+                             ["REASON": "handover_failed"])
+                live.rebuildTrouble = "fd store full"
+            }
+            return
+        }
         do {
             let fd = try live.newLog(snapshot, reserve: reserve)
             queueLiveStore(name: "livestate-\(live.logGeneration)", fd: fd,
@@ -342,13 +489,18 @@ extension Server {
         guard let copy = try? Sys.blocking("fcntl(F_DUPFD_CLOEXEC)", { fcntl(fd, F_DUPFD_CLOEXEC, 0) }) else { return }
         var thenRemove = thenRemove
         let kind = name.prefix { $0 != "-" }
-        if let i = live.pendingStores.firstIndex(where: { $0.name.prefix { $0 != "-" } == kind }) {
+        // A newer generation supersedes one PID 1 has not taken yet; a
+        // sibling box of the same generation (same name) does not.
+        if let i = live.pendingStores.firstIndex(where: { $0.name != name && $0.name.prefix { $0 != "-" } == kind }) {
             let superseded = live.pendingStores.remove(at: i)
             superseded.fds.forEach(Sys.close)
             thenRemove = superseded.thenRemove
             live.supersededStores += 1
+            live.inStore[superseded.name, default: 1] -= 1
+            if live.inStore[superseded.name] == 0 { live.inStore[superseded.name] = nil }
         }
         live.pendingStores.append(.init(name: name, fds: [copy], thenRemove: thenRemove))
+        live.inStore[name, default: 0] += 1  // counted from now: the old one goes only after it
         sendLiveStores()
     }
 
@@ -359,8 +511,12 @@ extension Server {
             if outcome == .wouldBlock { return }
             if outcome == .failed {
                 logger.error("systemd refused to store \(next.name): a crash would drop the clients", ["REASON": "handover_failed"])
+                live.inStore[next.name, default: 1] -= 1
+                // Not in the store: a hand-over must not name it.
+                if next.name.hasPrefix(HandOverName.liveBoxPrefix) { live.incomplete = true }
             } else if let old = next.thenRemove {
                 systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(old)")
+                live.inStore[old] = nil
             }
             next.fds.forEach(Sys.close)
             live.pendingStores.removeFirst()

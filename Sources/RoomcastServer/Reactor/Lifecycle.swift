@@ -15,9 +15,12 @@ extension Server {
             if sig <= 0 { return }
             switch sig {
             case SIGHUP: reload()
-            case SIGTERM where handOver.restartAnnounced && canHandOver && !stopping: beginHandOver()
+            case SIGTERM where canHandOver && !stopping: beginHandOver()
             case SIGTERM, SIGINT: beginStop(signal: sig)
-            case StopHook.restartSignal: announceRestart()
+            case SIGUSR2:
+                // Blocked since the first instruction (CEarlySignals) so that
+                // its default action cannot kill the daemon; it means nothing.
+                logger.notice("SIGUSR2 ignored: roomcastd hands its connections to systemd's fd store on every SIGTERM")
             default: break
             }
         }
@@ -61,7 +64,10 @@ extension Server {
         }
         logger.level = config.log.level
         if config.log.statsIntervalMs != old.log.statsIntervalMs { status.setStatsInterval(config.log.statsIntervalMs, nowMs: now) }
-        if config.server.maxClients != old.server.maxClients { checkDescriptorLimit() }
+        if config.server.maxClients != old.server.maxClients {
+            checkDescriptorLimit()
+            checkHandOverBudget()
+        }
         logger.info("configuration reloaded from \(path)", ["CONFIG_FILE": path])
         systemd.notify("READY=1\nSTATUS=" + status.statusLine(nowMs: now, figures))
     }

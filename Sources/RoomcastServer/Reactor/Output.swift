@@ -49,7 +49,8 @@ extension Server {
         guard let r = table.fanout.outboxes[id].registration else { return }
         table.fanout.outboxes[id].writeArmed = on
         do {
-            try selector.setInterest(r, readable: table.isOpen(id), writable: on)
+            // No reading while a hand-over flushes (HandOver.swift).
+            try selector.setInterest(r, readable: table.isOpen(id) && !handOver.pending, writable: on)
         } catch {
             table.close(id, error.description)
         }

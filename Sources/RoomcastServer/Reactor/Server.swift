@@ -134,6 +134,7 @@ public final class Server {
         handOver.storedListeners = systemd.storedFDs.filter { HandOverName.isListener($0.name) }
         try openListeners()
         keepListenersInStore()
+        checkHandOverBudget()
         makeCluster()  // before the restore, so that the link learns of every restored room
         let restored = restoreHandedOver()
         startLiveStore()
@@ -169,7 +170,10 @@ public final class Server {
         systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
         logger.flushPending()  // log output journald or stderr did not take (never blocks)
         if live != nil { liveEndOfIteration() }  // new connections into the live box (never blocks)
-        if handOver.pending && completeHandOver() { return false }
+        if handOver.pending {
+            if !handOverDue(now: now) { return true }  // still flushing
+            if completeHandOver() { return false }
+        }
         return !(stopping && (table.count == 0 || now >= stopDeadlineMs))
     }
 
@@ -178,6 +182,7 @@ public final class Server {
         var deadline = min(status.deadline(clients: table.count), nextSweepMs)
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
+        if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
         if !overSoft.isEmpty || !draining.isEmpty || systemd.hasPending || logger.owed {
             deadline = min(deadline, now + config.heartbeat.tickMs)
@@ -189,7 +194,7 @@ public final class Server {
 
     private func connectionReady(_ id: Int, _ readiness: Readiness) {
         guard let state = table.state(id) else { return }
-        if state == .open && (readiness.contains(.readable) || readiness.contains(.hangup)) {
+        if state == .open && !handOver.pending && (readiness.contains(.readable) || readiness.contains(.hangup)) {
             readFrames(id)
         } else if readiness.contains(.hangup) {
             table.close(id, "connection reset while draining")
