@@ -1048,9 +1048,14 @@ def test_cluster_handover(t, stage, install_stage):
             ready = [int(r["__MONOTONIC_TIMESTAMP"]) / 1e6 for r in find(journal(after=mark), "roomcastd ready")]
             t.check(f"{label}: the journal has the new process's 'roomcastd ready' (after READY=1)", bool(ready))
             t_ready = max(ready) if ready else t1
-            restored = [m for m in messages(journal(after=mark)) if m.startswith("restored ")]
-            for m in restored:
-                print(f"        | {m}")
+            recs = journal(after=mark)
+            for m in messages(recs):
+                if m.startswith("restored ") or "to systemd's fd store in" in m or "received SIGTERM" in m:
+                    print(f"        | {m}")
+            gaps = [r for r in recs if r.get("REASON") == "cluster_gap"]
+            if gaps:
+                print(f"        | the systemd daemon counted {sum(int(r.get('LENGTH', 0)) for r in gaps)} frames of the host daemon "
+                      f"as never arrived (REASON=cluster_gap, {len(gaps)} records), e.g. {gaps[0]['MESSAGE']}")
             eof, rst = pool.closed()
             lost = {k: v - lost0.get(k, 0) for k, v in pool.lost_between().items()}
             late = [m for m in pool.missing() if m[0] >= t_ready]
