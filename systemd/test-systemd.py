@@ -1052,6 +1052,10 @@ def test_cluster_handover(t, stage, install_stage):
             for m in messages(recs):
                 if m.startswith("restored ") or "to systemd's fd store in" in m or "received SIGTERM" in m:
                     print(f"        | {m}")
+            if argv is double:
+                starting = [m for m in messages(recs) if m.startswith("Starting roomcastd.service")]
+                t.check(f"{label}: systemd started two processes (the second restart was not merged into the first)",
+                        len(starting) == 2, str(starting))
             gaps = [r for r in recs if r.get("REASON") == "cluster_gap"]
             if gaps:
                 print(f"        | the systemd daemon counted {sum(int(r.get('LENGTH', 0)) for r in gaps)} frames of the host daemon "
