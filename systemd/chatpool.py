@@ -74,7 +74,11 @@ class Member:
 
 class ChatPool:
     def __init__(self, port, clients=1000, rooms=10, rate=0.2, host="127.0.0.1"):
-        self.port, self.host = port, host
+        """`port`: one port, or a list of ports of daemons sharing their rooms
+        (a cluster): client i connects to port[(i // rooms) % len(port)], so
+        that every room has members on each of them."""
+        self.ports = list(port) if isinstance(port, (list, tuple)) else [port]
+        self.port, self.host = self.ports[0], host
         self.n, self.rooms, self.rate = clients, rooms, rate
         self.sel = selectors.DefaultSelector()
         self.members = []
@@ -97,6 +101,10 @@ class ChatPool:
 
     # ------------------------------------------------------------- set-up
 
+    def daemon(self, i):
+        """The index in `port` of the daemon client i talks to."""
+        return (i // self.rooms) % len(self.ports)
+
     def connect(self, batch=200):
         """Connects every client, `batch` at a time (the daemon accepts 64 per wakeup)."""
         for start in range(0, self.n, batch):
@@ -105,7 +113,7 @@ class ChatPool:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 s.setblocking(False)
-                s.connect_ex((self.host, self.port))
+                s.connect_ex((self.host, self.ports[self.daemon(i)]))
                 pending.append((i, s))
             deadline = time.monotonic() + 10
             waiting = {s.fileno(): (i, s) for i, s in pending}
@@ -317,6 +325,15 @@ class ChatPool:
         size = lambda s: len(range(s % self.rooms, self.n, self.rooms))
         return sorted((t, s, q, size(s) - self.copies.get((s, q), 0))
                       for (s, q), t in self.sent_at.items() if self.copies.get((s, q), 0) < size(s))
+
+    def lost_between(self):
+        """{(sender's daemon, receiver's daemon): chat frames not received}, as lost() counts them."""
+        out = {}
+        for r in self.members:
+            for s in range(r.room, self.n, self.rooms):
+                key = (self.daemon(s), self.daemon(r.i))
+                out[key] = out.get(key, 0) + self.sent[s] - self.received.get(r.i * self.n + s, 0)
+        return out
 
     def expected(self):
         return sum(self.sent[s] * len(range(s % self.rooms, self.n, self.rooms)) for s in range(self.n))

@@ -33,10 +33,14 @@ struct ClusterHandOverTests {
         #expect(bob.receiveFrame()?.wire == alice)
         let origin = a.server.cluster!.origin
         let au = UserInfo(level: 1, name: "alice", iconURL: "a", room: "r1")
-        // Read and relayed in the hand-over's own loop turn: still in the
-        // publisher's output when the turn ends.
+        // Read and relayed in the last loop turn before the hand-over: still
+        // in the publisher's output when that turn ends. (The SIGTERM's own
+        // turn reads nothing more: what clients send from then on stays in
+        // the kernel for the next process, which publishes it.)
         let last = (0..<3).map { Wire.text(au, "last \($0)") }
+        let published = a.server.cluster!.published
         for f in last { HandOverTests.send(x.peer, f) }
+        #expect(waitUntil(.seconds(5)) { _ = try? a.tick(); return a.server.cluster!.published == published + 3 })
         let b = try HandOverTests.handOver(a, sections: sections)
         #expect(bob.receiveFrames(3).map(\.wire) == last, "the last turn's frames were published before the hand-over")
 
