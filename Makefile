@@ -49,6 +49,9 @@ SWIFT      ?= swift
 # openssl for the PROXY protocol test (HAProxy terminating TLS in front, a certificate
 # made at test time).
 DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 util-linux libhiredis-dev redis-server libssl-dev haproxy openssl
+# PyPI packages of the tests, as MODULE=PACKAGE: protobuf (the proto2 reference), pyjwt and
+# cryptography (tokens for the signed-join tests), websockets (an independent WebSocket client).
+PIP_PACKAGES := google.protobuf=protobuf jwt=pyjwt cryptography=cryptography websockets=websockets
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
@@ -105,28 +108,15 @@ deps:
 	    $(SUDO) apt-get update -q; \
 	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES); \
 	fi
-	@if ! python3 -c 'import google.protobuf' 2>/dev/null; then \
-	    echo "deps: installing PyPI protobuf"; \
+	@missing=""; for p in $(PIP_PACKAGES); do python3 -c "import $${p%%=*}" 2>/dev/null || missing="$$missing $${p#*=}"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "deps: installing PyPI$$missing"; \
 	    if ! python3 -m pip --version >/dev/null 2>&1; then \
 	        $(SUDO) apt-get update -q; \
 	        $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-pip; \
 	    fi; \
-	    $(SUDO) python3 -m pip install --quiet protobuf \
-	        || $(SUDO) python3 -m pip install --quiet --break-system-packages protobuf; \
-	fi
-	@if ! python3 -c 'import jwt, cryptography' 2>/dev/null; then \
-	    echo "deps: installing PyPI pyjwt and cryptography"; \
-	    $(SUDO) python3 -m pip install --quiet pyjwt cryptography \
-	        || $(SUDO) python3 -m pip install --quiet --break-system-packages pyjwt cryptography; \
-	fi
-	@if ! python3 -c 'import websockets' 2>/dev/null; then \
-	    echo "deps: installing PyPI websockets"; \
-	    if ! python3 -m pip --version >/dev/null 2>&1; then \
-	        $(SUDO) apt-get update -q; \
-	        $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-pip; \
-	    fi; \
-	    $(SUDO) python3 -m pip install --quiet websockets \
-	        || $(SUDO) python3 -m pip install --quiet --break-system-packages websockets; \
+	    $(SUDO) python3 -m pip install --quiet $$missing \
+	        || $(SUDO) python3 -m pip install --quiet --break-system-packages $$missing; \
 	fi
 
 deps-systemd: deps

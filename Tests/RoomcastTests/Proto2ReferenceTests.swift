@@ -5,15 +5,17 @@ import Foundation
 import Testing
 @testable import RoomcastCore
 
-/// Runs proto_ref.py once over all `requests` (JSON lines) and returns one
-/// decoded JSON object per request.
-func runReference(_ requests: [String]) throws -> [[String: Any]] {
+/// Runs `python3 Reference/SCRIPT` once with `lines` (JSON lines) on its
+/// standard input, through a file so neither side can block on a full pipe.
+/// - Parameter needs: what the script needs, for the error (`pip install protobuf`).
+/// - Returns: its standard output and standard error.
+/// - Throws: `ReferenceFailure` when it cannot run or exits non-zero.
+func runReferenceScript(_ name: String, lines: [String], needs: String) throws -> (stdout: Data, stderr: String) {
     let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .appendingPathComponent("Reference/proto_ref.py")
-    // Requests go through a file so neither side can block on a full pipe.
+        .appendingPathComponent("Reference/\(name)")
     let input = FileManager.default.temporaryDirectory
-        .appendingPathComponent("proto_ref-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString).jsonl")
-    try Data(requests.joined(separator: "\n").utf8).write(to: input)
+        .appendingPathComponent("\(name)-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString).jsonl")
+    try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: input)
     defer { try? FileManager.default.removeItem(at: input) }
 
     let process = Process()
@@ -29,9 +31,15 @@ func runReference(_ requests: [String]) throws -> [[String: Any]] {
     process.waitUntilExit()
     guard process.terminationStatus == 0 else {
         throw ReferenceFailure(
-            "python3 \(script.path) exited with \(process.terminationStatus); it needs python3 and "
-                + "`pip install protobuf`. stderr: \(stderr)")
+            "python3 \(script.path) exited with \(process.terminationStatus); it needs python3 and \(needs). stderr: \(stderr)")
     }
+    return (stdout, stderr)
+}
+
+/// Runs proto_ref.py once over all `requests` (JSON lines) and returns one
+/// decoded JSON object per request.
+func runReference(_ requests: [String]) throws -> [[String: Any]] {
+    let (stdout, stderr) = try runReferenceScript("proto_ref.py", lines: requests, needs: "`pip install protobuf`")
     let lines = stdout.split(separator: UInt8(ascii: "\n"))
     guard lines.count == requests.count else {
         throw ReferenceFailure("\(requests.count) requests but \(lines.count) responses; stderr: \(stderr)")

@@ -8,26 +8,8 @@ import Testing
 
 /// Mints tokens with PyJWT: one request object per token (see jwt_mint.py).
 func mintTokens(_ requests: [[String: Any]]) throws -> [String] {
-    let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Reference/jwt_mint.py")
     let lines = try requests.map { String(decoding: try JSONSerialization.data(withJSONObject: $0), as: UTF8.self) }
-    let input = FileManager.default.temporaryDirectory.appendingPathComponent("jwt-\(getpid())-\(UUID().uuidString).jsonl")
-    try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: input)
-    defer { try? FileManager.default.removeItem(at: input) }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = ["python3", script.path]
-    process.standardInput = try FileHandle(forReadingFrom: input)
-    let output = Pipe(), errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    try process.run()
-    let out = output.fileHandleForReading.readDataToEndOfFile()
-    let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw HarnessError("jwt_mint.py failed (needs `pip install pyjwt cryptography`): \(err)")
-    }
+    let (out, err) = try runReferenceScript("jwt_mint.py", lines: lines, needs: "`pip install pyjwt cryptography`")
     let tokens = String(decoding: out, as: UTF8.self).split(separator: "\n").map(String.init)
     guard tokens.count == requests.count else { throw HarnessError("\(requests.count) requests, \(tokens.count) tokens: \(err)") }
     return tokens
