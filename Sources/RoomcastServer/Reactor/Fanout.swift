@@ -195,38 +195,34 @@ final class Fanout: FrameSink {
                     newlyQueued.append(m)
                 }
             }
-            func translated() -> [UInt8]? {
-                if translation == nil {
-                    var t = self.translate(frame, from: sender)
-                    if let j = t, j.count - JSONFrameCodec.headerSize > jsonLimit {
-                        jsonTooLarge = j.count - JSONFrameCodec.headerSize
-                        t = nil
-                    }
-                    translation = .some(t)
-                }
-                return translation!
-            }
+            // No nested function for the JSON translation: one that captures
+            // these locals made every delivery pay for dynamic exclusivity
+            // checks (callgrind: 77 -> 108 instructions per delivery).
             for m in members where m != except && boxes[m].takesFrames {
                 if boxes[m].json {
-                    if json == nil { json = .some(translated().map { $0.withUnsafeBytes { self.store($0) } }) }
+                    if json == nil {
+                        if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
+                        json = .some(translation!.map { $0.withUnsafeBytes { self.store($0) } })
+                    }
                     guard let range = json! else { continue }
                     put(range, m)
-                } else if let form = boxes[m].webSocketForm {
-                    // Server frames are unmasked (RFC 6455 §5.1): the same bytes for every recipient.
+                } else if boxes[m].isWebSocket {
+                    // Upgrading, or /echo: no room frames. Server frames are
+                    // unmasked (RFC 6455 §5.1): the same bytes for every recipient.
+                    guard let form = boxes[m].webSocketForm else { continue }
                     if form == .ltb {
                         if wsBinary == nil { wsBinary = self.storeWebSocketFrame(.binary, frame) }
                         put(wsBinary!, m)
                     } else {
                         if wsText == nil {
-                            wsText = .some(translated().map { j in
+                            if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
+                            wsText = .some(translation!.map { j in
                                 j.withUnsafeBytes { self.storeWebSocketFrame(.text, UnsafeRawBufferPointer(rebasing: $0[JSONFrameCodec.headerSize...])) }
                             })
                         }
                         guard let range = wsText! else { continue }
                         put(range, m)
                     }
-                } else if boxes[m].isWebSocket {
-                    continue  // upgrading, or /echo: no room frames
                 } else {
                     put(ltb, m)
                 }
@@ -247,6 +243,18 @@ final class Fanout: FrameSink {
         let start = batch.count
         batch.append(bytes)
         return start..<batch.count
+    }
+
+    /// The JSON frame of `frame` (the JSON dialect's translation), or nil when
+    /// it has none or its body is over `limit` bytes (then `tooLarge` is set
+    /// to its size, for the skip the caller logs).
+    private func jsonFrame(_ frame: UnsafeRawBufferPointer, from sender: Int, limit: Int, tooLarge: inout Int?) -> [UInt8]? {
+        guard let j = translate(frame, from: sender) else { return nil }
+        guard j.count - JSONFrameCodec.headerSize <= limit else {
+            tooLarge = j.count - JSONFrameCodec.headerSize
+            return nil
+        }
+        return j
     }
 
     /// Appends one final, unmasked WebSocket frame of `payload` to the batch
