@@ -50,12 +50,14 @@ let package = Package(
         // Knows nothing of frames or rooms.
         .target(name: "RoomcastIO", dependencies: ["CShim"]),
         // The reactor and everything that talks to the kernel or systemd.
-        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "CSystemd", "CHiredis", "COpenSSL"]),
+        // The cryptography the daemon and the client share (HMAC-SHA256 of HS256 tokens), from OpenSSL.
+        .target(name: "RoomcastCrypto", dependencies: ["COpenSSL"]),
+        .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastCrypto", "CShim", "CSystemd", "CHiredis", "COpenSSL"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore", "CEarlySignals"]),
         // The client library: one event loop, reconnects, heartbeats.
         .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim"]),
         // The command-line client (chat, send, listen).
-        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "CShim", "COpenSSL"]),
+        .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "RoomcastCrypto", "CShim"]),
         // The chaos soak (`make soak`): ~2,000 loopback clients against the roomcastd built beside it.
         // One thread of top-level code: Swift 5 mode spares it the global-actor checks.
         .executableTarget(name: "roomcast-soak", dependencies: ["RoomcastCore", "CShim"],

@@ -1,4 +1,4 @@
-import COpenSSL
+import RoomcastCrypto
 import Glibc
 import RoomcastCore
 
@@ -40,17 +40,7 @@ func runToken(_ invocation: Invocation) -> Int32 {
     claims.nbf = nil
     let header = #"{"alg":"HS256","kid":"# + jsonStringLiteral(kid) + #","typ":"JWT"}"#
     let input = Base64URL.encode(Array(header.utf8)) + "." + Base64URL.encode(claims.json)
-    let data = Array(input.utf8)
-    var mac = [UInt8](repeating: 0, count: 32)
-    var length: UInt32 = 0
-    let ok = key.key.withUnsafeBufferPointer { k in
-        data.withUnsafeBufferPointer { d in
-            mac.withUnsafeMutableBufferPointer { m in
-                HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), d.baseAddress, d.count, m.baseAddress, &length) != nil
-            }
-        }
-    }
-    guard ok, length == 32 else { return fail("HMAC-SHA256 failed in OpenSSL") }
+    guard let mac = hmacSHA256(key: key.key, data: Array(input.utf8)) else { return fail("HMAC-SHA256 failed in OpenSSL") }
     _ = writeAll(1, input + "." + Base64URL.encode(mac) + "\n")
     return 0
 }

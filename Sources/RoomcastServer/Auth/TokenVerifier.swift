@@ -1,4 +1,5 @@
 import COpenSSL
+import RoomcastCrypto
 import RoomcastCore
 
 // TokenVerifier.swift: the signature check of a signed join, with OpenSSL's
@@ -36,17 +37,7 @@ final class VerifyingKey {
     func verifies(_ signature: [UInt8], of input: [UInt8]) -> Bool {
         switch key.algorithm {
         case .hs256:
-            guard signature.count == 32 else { return false }
-            var mac = [UInt8](repeating: 0, count: 32)
-            var length: UInt32 = 0
-            let ok = key.key.withUnsafeBufferPointer { k in
-                input.withUnsafeBufferPointer { d in
-                    mac.withUnsafeMutableBufferPointer { m in
-                        HMAC(EVP_sha256(), k.baseAddress, Int32(k.count), d.baseAddress, d.count, m.baseAddress, &length) != nil
-                    }
-                }
-            }
-            guard ok, length == 32 else { return false }
+            guard signature.count == 32, let mac = hmacSHA256(key: key.key, data: input) else { return false }
             return mac.withUnsafeBytes { m in signature.withUnsafeBytes { s in CRYPTO_memcmp(m.baseAddress, s.baseAddress, 32) == 0 } }
         case .edDSA:
             guard signature.count == 64, let pkey, let ctx = EVP_MD_CTX_new() else { return false }
