@@ -162,6 +162,7 @@ struct CrashLogTests {
         Self.send(x.peer, Array(f1[0..<5]))
         try a.tick()
         var seen: [[UInt8]] = []
+        defer { a.server.beforeFrame = nil }  // the hook holds the node, which holds the server
         a.server.beforeFrame = { id in
             if id == x.id { seen.append((try? Self.liveLog(a))?[serial]?.input ?? [0xEE]) }
         }

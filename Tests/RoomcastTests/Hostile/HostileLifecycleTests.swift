@@ -166,15 +166,22 @@ struct HostileLifecycleSlowTests {
 
     // MARK: 13. Reload storms
 
-    /// The inode of the socket listening on `port` (from /proc/net/tcp*).
+    /// The inode of the socket listening on `port` (from /proc/net/tcp*), or nil when no listener has it.
+    ///
+    /// The kernel writes /proc/net/tcp one read at a time from a walk of its socket tables, so a socket
+    /// opened or closed by a test running beside this one between two reads can shift the walk past
+    /// the line wanted (proc(5), seq_file): one miss proves nothing, so the dump is taken up to 20 times.
     static func listenerInode(port: UInt16) -> String? {
-        for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
-            for line in text.split(separator: "\n").dropFirst() {
-                let f = line.split(separator: " ")
-                guard f.count > 9, f[3] == "0A", let local = f[1].split(separator: ":").last,
-                      UInt16(local, radix: 16) == port else { continue }
-                return String(f[9])
+        for attempt in 0..<20 {
+            if attempt > 0 { usleep(50_000) }
+            for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+                guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+                for line in text.split(separator: "\n").dropFirst() {
+                    let f = line.split(separator: " ")
+                    guard f.count > 9, f[3] == "0A", let local = f[1].split(separator: ":").last,
+                          UInt16(local, radix: 16) == port else { continue }
+                    return String(f[9])
+                }
             }
         }
         return nil
