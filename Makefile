@@ -265,6 +265,7 @@ uninstall:
 	      "$(DESTDIR)$(UNITDIR)/roomcastd-standalone.service" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd.socket" \
 	      "$(DESTDIR)$(UNITDIR)/roomcastd-json.socket" \
+	      "$(DESTDIR)$(UNITDIR)/roomcastd-websocket.socket" \
 	      "$(DESTDIR)$(MANDIR)/man8/roomcastd.8" \
 	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5" \
 	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1"

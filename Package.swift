@@ -72,7 +72,7 @@ let package = Package(
         .executableTarget(name: "FuzzProxyHeader", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProxyHeader"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
-        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "CShim", "COpenSSL"]),
+        .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "RoomcastCrypto", "CShim", "COpenSSL"]),
         .testTarget(
             name: "RoomcastTests",
             // Not roomcastd: a test target links the objects of the executables it

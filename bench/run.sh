@@ -7,7 +7,7 @@
 # bench/results/latest.jsonl and the table in bench/results/latest.md.
 #
 #   bench/run.sh                 all workloads, three repetitions, medians (about 15 minutes plus the build)
-#   bench/run.sh fanout large    only those (idle fanout pub10 large latency storm)
+#   bench/run.sh fanout large    only those (idle fanout pub10 large latency storm verify)
 #   BENCH_REPEAT=1 bench/run.sh  one repetition
 #   BENCH_QUICK=1 bench/run.sh   shorter runs and one repetition (unless BENCH_REPEAT says otherwise)
 #
@@ -18,7 +18,15 @@
 source "$(dirname "$0")/lib.sh"
 
 WORKLOADS=("$@")
-[ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(idle fanout pub10 large latency storm)
+[ ${#WORKLOADS[@]} -gt 0 ] || WORKLOADS=(idle fanout pub10 large latency storm verify)
+# `verify` is no server workload: what one signed join's token costs the daemon
+# to verify (roomcast-bench verify-tokens), appended to the table.
+VERIFY=no
+if [[ " ${WORKLOADS[*]} " == *" verify "* ]]; then
+    VERIFY=yes
+    rest=(); for w in "${WORKLOADS[@]}"; do [ "$w" = verify ] || rest+=("$w"); done
+    WORKLOADS=("${rest[@]}")
+fi
 # Idle goes first, while the servers are fresh: their RSS then is the baseline.
 if [[ " ${WORKLOADS[*]} " == *" idle "* ]]; then
     rest=(); for w in "${WORKLOADS[@]}"; do [ "$w" = idle ] || rest+=("$w"); done
@@ -63,6 +71,7 @@ servers_echo() {
     if [ "$1" = yes ]; then start_roomcastd "$ECHO_CONF"; start_relay --echo; else start_roomcastd; start_relay; fi
 }
 
+[ ${#WORKLOADS[@]} -gt 0 ] || REPEAT=0
 for rep in $(seq "$REPEAT"); do
     # Fresh servers for every repetition (the idle workload's RSS baseline).
     start_roomcastd
@@ -91,6 +100,17 @@ for rep in $(seq "$REPEAT"); do
     stop_redis
 done
 
-cp "$OUT" "$RESULTS/latest.jsonl"
-python3 "$ROOT/bench/table.py" "$OUT" --markdown "$RESULTS/latest.md"
-log "raw results: $OUT"
+if [ ${#WORKLOADS[@]} -gt 0 ]; then
+    cp "$OUT" "$RESULTS/latest.jsonl"
+    python3 "$ROOT/bench/table.py" "$OUT" --markdown "$RESULTS/latest.md"
+    log "raw results: $OUT"
+fi
+# Its table goes to verify-latest.md, and below the servers' table when they ran too.
+if [ "$VERIFY" = yes ]; then
+    log "verify: the cost of one signed join's token (HS256, EdDSA)"
+    verify=$("$BENCH_BUILD/release/roomcast-bench" verify-tokens)
+    echo "$verify"
+    printf '## Signed joins: verifying one token (roomcast-bench verify-tokens, one core; %s cores, load average %s)\n\n```\n%s\n```\n' \
+        "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$verify" >"$RESULTS/verify-latest.md"
+    [ ${#WORKLOADS[@]} -eq 0 ] || { echo; cat "$RESULTS/verify-latest.md"; } >>"$RESULTS/latest.md"
+fi

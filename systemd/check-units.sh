@@ -22,7 +22,7 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/bin" "$tmp/units"
 install -m 0755 /bin/true "$tmp/bin/roomcastd"
 "$top/systemd/render" "$tmp/bin" /etc "$tmp/units"
-units=(roomcastd.socket roomcastd-json.socket roomcastd.service roomcastd-standalone.service)
+units=(roomcastd.socket roomcastd-json.socket roomcastd-websocket.socket roomcastd.service roomcastd-standalone.service)
 
 out=$(cd "$tmp/units" && systemd-analyze verify --man=no "${units[@]}" 2>&1) || true
 if [ -n "$out" ]; then

@@ -42,7 +42,8 @@ UNIT = "roomcastd.service"
 CONF = "/etc/roomcast/roomcastd.conf"
 # Where the package puts the binaries (relative to the container's root).
 BINDIR = "usr/bin"
-UNITS = ("roomcastd.service", "roomcastd-standalone.service", "roomcastd.socket", "roomcastd-json.socket")
+UNITS = ("roomcastd.service", "roomcastd-standalone.service", "roomcastd.socket", "roomcastd-json.socket",
+         "roomcastd-websocket.socket")
 # The package's files that make install lays out too, as (package path, make install path
 # under PREFIX=/usr/local); the package adds only /usr/share/doc/roomcast.
 PACKAGE_FILES = ([(f"usr/bin/{b}", f"usr/local/bin/{b}") for b in ("roomcastd", "roomcast")]
@@ -264,7 +265,8 @@ def test_install(t, stage, deb):
     enabled = {u: run("systemctl", "is-enabled", u, check=False).stdout.strip() for u in UNITS}
     t.check("the postinst enabled roomcastd.socket (deb-systemd-helper) and nothing else",
             enabled == {"roomcastd.service": "indirect", "roomcastd-standalone.service": "disabled",
-                        "roomcastd.socket": "enabled", "roomcastd-json.socket": "disabled"}, str(enabled))
+                        "roomcastd.socket": "enabled", "roomcastd-json.socket": "disabled",
+                        "roomcastd-websocket.socket": "disabled"}, str(enabled))
     s = show("roomcastd.socket", "ActiveState", "SubState", "Listen")
     t.check(f"the postinst started it (deb-systemd-invoke): listening on 127.0.0.1:{State.port}",
             s == {"ActiveState": "active", "SubState": "listening", "Listen": f"127.0.0.1:{State.port} (Stream)"}, str(s))
@@ -675,6 +677,87 @@ def test_json_socket(t, stage):
     j.close()
     ltb.close()
     run("systemctl", "disable", "--now", "roomcastd-json.socket")
+    run("systemctl", "stop", UNIT)
+
+
+def ws_frame(opcode, payload):
+    """A masked client frame (RFC 6455 section 5.2), payloads under 64 KiB."""
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x80 | opcode]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack(">H", n))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def ws_read_message(sock, buf):
+    """One unfragmented server frame (unmasked): (opcode, payload, rest of buf)."""
+    def need(k):
+        nonlocal buf
+        while len(buf) < k:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise EOFError("closed")
+            buf += chunk
+    need(2)
+    n, at = buf[1] & 0x7F, 2
+    if n == 126:
+        need(4)
+        n, at = struct.unpack(">H", buf[2:4])[0], 4
+    elif n == 127:
+        need(10)
+        n, at = struct.unpack(">Q", buf[2:10])[0], 10
+    need(at + n)
+    return buf[0] & 0x0F, buf[at:at + n], buf[at + n:]
+
+
+def test_websocket_socket(t, stage):
+    """roomcastd-websocket.socket hands the WebSocket listener to the same
+    service (FileDescriptorName=websocket); its clients share the LTB rooms."""
+    write_config(stage, "")
+    wport = free_port()
+    write_file("/etc/systemd/system/roomcastd-websocket.socket.d/test.conf",
+               f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{wport}\n")
+    run("systemctl", "daemon-reload")
+    p = run("systemctl", "enable", "--now", "roomcastd-websocket.socket", check=False)
+    t.check("systemctl enable --now roomcastd-websocket.socket", p.returncode == 0, p.stderr.strip())
+    t.check("the service is not started before a client comes", show(UNIT, "ActiveState")["ActiveState"] == "inactive")
+    w = socket.create_connection(("127.0.0.1", wport), timeout=5)
+    w.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+              b"Sec-WebSocket-Protocol: roomcast.json.v1\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = w.recv(4096)
+        if not chunk:
+            break
+        buf += chunk
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    t.check("a WebSocket client starts the service and is upgraded (101, RFC 6455's accept for its key)",
+            head.startswith(b"HTTP/1.1 101") and b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" in head, repr(head[:200]))
+    w.sendall(ws_frame(1, json.dumps({"cmd": "nickname", "nickname": "guest233"}).encode()))
+    reply = {}
+    try:
+        op, payload, buf = ws_read_message(w, buf)
+        reply = json.loads(payload) if op == 1 else {"opcode": op}
+    except (EOFError, OSError, ValueError) as e:
+        reply = {"error": str(e)}
+    t.check("it gets its own join back as a JSON text message",
+            reply.get("cmd") == "join" and reply.get("nickname") == "guest233", str(reply))
+    ltb = Client(State.port)
+    ltb.send(TEXT, field(1, user_info("alice")) + field(2, "hi browser"))
+    msg = {}
+    try:
+        while msg.get("cmd") != "msg":
+            op, payload, buf = ws_read_message(w, buf)
+            msg = json.loads(payload) if op == 1 else msg
+    except (EOFError, OSError, ValueError) as e:
+        msg = {"error": str(e)}
+    t.check("an LTB text reaches the WebSocket client as msg",
+            msg == {"cmd": "msg", "from": "alice", "content": "hi browser"}, str(msg))
+    recs = eventually(lambda: find(journal(), "(websocket)"))
+    t.check("the daemon logged the WebSocket listener from systemd", bool(recs), "no 'listening on ... (websocket)' record")
+    w.close()
+    ltb.close()
+    run("systemctl", "disable", "--now", "roomcastd-websocket.socket")
     run("systemctl", "stop", UNIT)
 
 
@@ -1108,7 +1191,7 @@ def test_cluster_handover(t, stage, install_stage):
 
 def test_verify(t):
     """Item 7: systemd-analyze verify prints nothing for the units; security scores."""
-    p = run("systemd-analyze", "verify", "--man=no", "roomcastd.socket", "roomcastd-json.socket", UNIT,
+    p = run("systemd-analyze", "verify", "--man=no", "roomcastd.socket", "roomcastd-json.socket", "roomcastd-websocket.socket", UNIT,
             "roomcastd-standalone.service", check=False)
     out = (p.stdout + p.stderr).strip()
     t.check("systemd-analyze verify (installed units, inside the container) prints nothing", out == "" and p.returncode == 0, out)
@@ -1247,6 +1330,7 @@ def main():
         t.section("5. watchdog", test_watchdog)
         t.section("6. graceful stop", test_stop, args.stage)
         t.section("JSON listener through roomcastd-json.socket", test_json_socket, args.stage)
+        t.section("WebSocket listener through roomcastd-websocket.socket", test_websocket_socket, args.stage)
         t.section("restarts, an upgrade and a crash keep every client", test_handover, args.stage)
         t.section("a stray SIGUSR2, then systemctl stop: a real stop", test_stray_usr2_then_stop)
         t.section("LimitNOFILE= lowered: the budget does not hold", test_budget)

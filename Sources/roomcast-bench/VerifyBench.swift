@@ -1,6 +1,7 @@
 @preconcurrency import Glibc
 import COpenSSL
 import RoomcastCore
+import RoomcastCrypto
 import RoomcastServer
 
 // `roomcast-bench verify-tokens [N]`: what one signed join costs the daemon
@@ -30,13 +31,6 @@ private func publicKey(seed: [UInt8]) -> [UInt8] {
     return out
 }
 
-private func hmac(_ key: [UInt8], _ data: [UInt8]) -> [UInt8] {
-    var mac = [UInt8](repeating: 0, count: 32)
-    var length: UInt32 = 0
-    _ = HMAC(EVP_sha256(), key, Int32(key.count), data, data.count, &mac, &length)
-    return mac
-}
-
 func runVerifyBench(_ arguments: [String]) -> Int32 {
     let n = arguments.first.flatMap { Int($0) } ?? 20_000
     let secret = (0..<32).map { UInt8($0) &* 13 }
@@ -50,7 +44,7 @@ func runVerifyBench(_ arguments: [String]) -> Int32 {
         let input = Base64URL.encode(Array(#"{"alg":"\#(alg)","kid":"\#(kid)","typ":"JWT"}"#.utf8)) + "." + Base64URL.encode(claims.json)
         return Array((input + "." + Base64URL.encode(sign(Array(input.utf8)))).utf8)
     }
-    let tokens = [("HS256", token("HS256", kid: "hs") { hmac(secret, $0) }), ("EdDSA", token("EdDSA", kid: "ed") { signEd25519(seed: seed, $0) })]
+    let tokens = [("HS256", token("HS256", kid: "hs") { hmacSHA256(key: secret, data: $0)! }), ("EdDSA", token("EdDSA", kid: "ed") { signEd25519(seed: seed, $0) })]
     let keys: VerifyingKeys
     do {
         keys = try VerifyingKeys(TokenKeySet(keys: [TokenKey(id: "hs", algorithm: .hs256, key: secret),
