@@ -9,6 +9,7 @@
 #   BENCH_BUILD     SwiftPM scratch path of the release build (.build-bench);
 #                   the C relay is built there too ($BENCH_BUILD/ltb-relay)
 #   ROOMCAST_PORT   roomcastd's loopback port (19898)
+#   WS_PORT         roomcastd's WebSocket listener (19897; the roomcast-ws runs)
 #   RELAY_PORT      the C relay's loopback port (19899)
 #   REDIS_PORT      redis-server's loopback port (16379)
 #   SERVER_CPU      core of the servers (0); GEN_CPU: core of the generator (1)
@@ -19,6 +20,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_BUILD=${BENCH_BUILD:-$ROOT/.build-bench}
 ROOMCAST_PORT=${ROOMCAST_PORT:-19898}
+WS_PORT=${WS_PORT:-19897}
 RELAY_PORT=${RELAY_PORT:-19899}
 REDIS_PORT=${REDIS_PORT:-16379}
 SERVER_CPU=${SERVER_CPU:-0}
@@ -102,10 +104,15 @@ wait_listening() {
 # start_roomcastd [CONFIG]: the bench config unless another is given.
 start_roomcastd() {
     port_free "$ROOMCAST_PORT" || { log "port $ROOMCAST_PORT is busy (set ROOMCAST_PORT)"; return 1; }
-    taskset -c "$SERVER_CPU" "$BIN/roomcastd" --config "${1:-$CONF}" --listen "127.0.0.1:$ROOMCAST_PORT" \
+    port_free "$WS_PORT" || { log "port $WS_PORT is busy (set WS_PORT)"; return 1; }
+    # The same daemon serves the WebSocket members of the roomcast-ws runs.
+    local conf=$LOGDIR/$(basename "${1:-$CONF}" .conf)-ws.conf
+    { cat "${1:-$CONF}"; printf '\n[websocket]\nlisten = 127.0.0.1:%s\n' "$WS_PORT"; } >"$conf"
+    taskset -c "$SERVER_CPU" "$BIN/roomcastd" --config "$conf" --listen "127.0.0.1:$ROOMCAST_PORT" \
         >"$LOGDIR/roomcastd.log" 2>&1 &
     ROOMCAST_PID=$!
     wait_listening "$ROOMCAST_PORT" "$ROOMCAST_PID" roomcastd
+    wait_listening "$WS_PORT" "$ROOMCAST_PID" roomcastd
 }
 
 # start_relay [--echo]: the C relay on RELAY_PORT.
@@ -143,13 +150,15 @@ start_redis() {
 }
 
 # bench_run SERVER ARGS...: one roomcast-bench run against SERVER
-# (roomcast|relay|redis), pinned to the generator's core; prints its JSON
+# (roomcast|roomcast-ws|relay|redis), pinned to the generator's core; prints its JSON
 # line. The relay speaks LTB: the generator treats it as a roomcast target.
+# roomcast-ws is the same roomcastd with its members on WebSocket (roomcast.ltb.v1).
 bench_run() {
     local server=$1; shift
     local target=roomcast port pid
     case $server in
         roomcast) port=$ROOMCAST_PORT; pid=$ROOMCAST_PID ;;
+        roomcast-ws) port=$ROOMCAST_PORT; pid=$ROOMCAST_PID; set -- --websocket-port "$WS_PORT" "$@" ;;
         relay) port=$RELAY_PORT; pid=$RELAY_PID ;;
         redis) target=redis; port=$REDIS_PORT; pid=$REDIS_PID ;;
     esac

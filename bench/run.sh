@@ -50,12 +50,15 @@ mkdir -p "$RESULTS"
 OUT=$RESULTS/run-$(date -u +%Y%m%dT%H%M%SZ).jsonl
 machine_json >"$OUT"
 
-SERVERS=(roomcast relay)
+SERVERS=(roomcast roomcast-ws relay)
 if ensure_redis; then SERVERS+=(redis); else log "redis-server not available: roomcastd and the C relay only"; fi
 
 # The C relay has no rooms: it relays every frame to every client. It runs
 # only where the workload is one room, so that this is the same relay.
 relay_runs() { case $1 in fanout|pub10|large|latency) return 0 ;; *) return 1 ;; esac; }
+# The WebSocket members (roomcast-ws: the same daemon, members on its WebSocket
+# listener) run the fan-out workloads, 64 B and 16 KiB, beside its LTB members.
+ws_runs() { case $1 in fanout|large) return 0 ;; *) return 1 ;; esac; }
 
 # `large` runs with echo on: roomcastd with a copy of the bench config that
 # says `echo = yes`, the C relay with --echo (everyone gets the whole batch),
@@ -85,6 +88,7 @@ for rep in $(seq "$REPEAT"); do
         echo_runs "$w" && servers_echo yes
         for s in "${order[@]}"; do
             [ "$s" = relay ] && ! relay_runs "$w" && continue
+            [ "$s" = roomcast-ws ] && ! ws_runs "$w" && continue
             log "$w: $s (repetition $rep of $REPEAT)"
             echo=(); echo_runs "$w" && [ "$s" != redis ] && echo=(--echo yes)
             case $w in

@@ -36,6 +36,7 @@ def load(path):
     # Runs from before the C relay carry no "server": their target names it.
     machine, runs = read_results(path, lambda d: (d["mode"], d.get("server", d["target"])))
     ratios = {other: paired_ratios(runs, other) for other in ("relay", "redis")}
+    ratios["ws"] = paired_ratios(runs, "roomcast", mine="roomcast-ws")
     return machine, {k: median_run(v) for k, v in runs.items()}, ratios
 
 
@@ -51,12 +52,12 @@ def number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def paired_ratios(runs, other):
-    """{(mode, key): median over repetitions of roomcastd / other}, pairing
-    the runs of one repetition (same label)."""
+def paired_ratios(runs, other, mine="roomcast"):
+    """{(mode, key): median over repetitions of mine / other (roomcastd by
+    default)}, pairing the runs of one repetition (same label)."""
     out = {}
     for (mode, server), reps in runs.items():
-        if server != "roomcast":
+        if server != mine:
             continue
         theirs = {r.get("label"): r for r in runs.get((mode, other), [])}
         for key in reps[0]:
@@ -253,19 +254,54 @@ def notes(runs):
     return out
 
 
+# The same daemon's WebSocket members (roomcast-ws) beside its LTB members:
+# (workload, key, label, unit, target ratio WebSocket / LTB, "min" or "max").
+WS_ROWS = [
+    ("fanout", "deliveries_per_s", "deliveries/s", "", 0.9, "min"),
+    ("fanout", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", None, None),
+    ("fanout", "lat_p99_us", "latency p99", "ms", 1.1, "max"),
+    ("large", "deliveries_per_s", "deliveries/s", "", 0.9, "min"),
+    ("large", "deliveries_per_server_cpu_s", "deliveries per server CPU-s", "", None, None),
+    ("large", "lat_p99_us", "latency p99", "ms", 1.1, "max"),
+]
+
+
+def ws_rows(runs, ratios):
+    out = []
+    for mode, key, label, unit, target, kind in WS_ROWS:
+        ltb, ws = runs.get((mode, "roomcast"), {}).get(key), runs.get((mode, "roomcast-ws"), {}).get(key)
+        if ws is None:
+            continue
+        r = ratios["ws"].get((mode, key))
+        failed = [f"{d[k]:,.0f} {k.replace('_', ' ')}" for k in FAILURES
+                  for d in [runs.get((mode, "roomcast-ws"), {})] if d.get(k)]
+        text, verdict = "", ""
+        if target is not None:
+            text = f"{'>=' if kind == 'min' else '<='} {target}x LTB"
+            ok = r is not None and (r >= target if kind == "min" else r <= target)
+            verdict = "-" if r is None else f"NOT met ({', '.join(failed)})" if failed else "met" if ok else "NOT met"
+        u = f" ({unit})" if unit else ""
+        out.append([WORKLOAD_NAMES.get(mode, mode), label + u, fmt(ltb, unit), fmt(ws, unit),
+                    f"{r:.2f}x" if r is not None else "-", text, verdict])
+    return out
+
+
+WS_HEAD = ["workload", "figure", "LTB members", "WebSocket members", "WebSocket / LTB", "target", "met?"]
+
 HEAD = ["workload", "figure", "roomcastd", "C relay", "Redis", "/ C relay", "/ Redis", "target", "met?"]
 
 
-def text_table(rs):
-    widths = [max(len(str(r[i])) for r in [HEAD] + rs) for i in range(len(HEAD))]
-    line = lambda r: "  ".join(str(c).rjust(w) if 2 <= i <= 6 else str(c).ljust(w)
+def text_table(rs, head=HEAD):
+    widths = [max(len(str(r[i])) for r in [head] + rs) for i in range(len(head))]
+    numeric = range(2, len(head) - 2)
+    line = lambda r: "  ".join(str(c).rjust(w) if i in numeric else str(c).ljust(w)
                                for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([line(HEAD), line(["-" * w for w in widths])] + [line(r) for r in rs])
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in rs])
 
 
-def markdown_table(rs):
-    head = ["workload", "figure", "roomcastd", "C relay", "Redis", "roomcastd / C relay", "roomcastd / Redis",
-            "target (vs C relay; vs Redis or absolute)", "met?"]
+def markdown_table(rs, head=None):
+    head = head or ["workload", "figure", "roomcastd", "C relay", "Redis", "roomcastd / C relay", "roomcastd / Redis",
+                    "target (vs C relay; vs Redis or absolute)", "met?"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rs:
         out.append("| " + " | ".join(r) + " |")
@@ -291,13 +327,20 @@ def main():
         head += (f"; medians of {n} repetitions (values: median of each server's runs; "
                  f"ratios: median of the per-repetition ratios)")
     head += "; the C relay has no rooms and runs only the one-room workloads (fanout, pub10, large, latency)"
+    ws = ws_rows(runs, ratios)
     print(head)
     print(text_table(rs))
+    if ws:
+        print("\nWebSocket members (roomcast.ltb.v1) beside LTB members of the same daemon, same repetitions:")
+        print(text_table(ws, WS_HEAD))
     for n in notes(runs):
         print("note: " + n)
     if md:
         with open(md, "w") as f:
             f.write(head + "\n\n" + markdown_table(rs) + "\n")
+            if ws:
+                f.write("\nWebSocket members (`roomcast.ltb.v1`, one LTB frame per binary message) beside LTB "
+                        "members of the same daemon, paired within each repetition:\n\n" + markdown_table(ws, WS_HEAD) + "\n")
             ns = notes(runs)
             if ns:
                 f.write("\n" + "\n".join("- " + n for n in ns) + "\n")

@@ -14,6 +14,10 @@ enum Role: UInt8 {
 
 enum ConnState: UInt8 { case free, connecting, open, closed }
 
+/// A member's WebSocket phase (`--websocket-port`; RFC 6455 §4): none (LTB),
+/// waiting for the 101 answer, or exchanging frames.
+enum WebSocketPhase: UInt8 { case none, upgrading, open }
+
 /// One client connection. Kept in a raw array: the hot loop touches it
 /// through a pointer, with no ARC, no copy-on-write and no exclusivity checks.
 struct Conn {
@@ -21,6 +25,7 @@ struct Conn {
     var role = Role.member
     var state = ConnState.free
     var writeArmed = false
+    var webSocket = WebSocketPhase.none
     var retries: UInt8 = 0
     /// Publisher index (publishers), room number within the group (extras).
     var index: Int32 = 0
@@ -203,6 +208,10 @@ final class Engine {
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
         var target = conns[id].role == .publisher ? addresses[0] : addresses[id % addresses.count]
+        if conns[id].role == .member, let port = o.webSocketPort {
+            target.sin_port = port.bigEndian
+            conns[id].webSocket = .upgrading
+        }
         let rc = withUnsafePointer(to: &target) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -240,12 +249,27 @@ final class Engine {
         openCount[c.pointee.role == .extra ? 1 : 0] += 1
         var ev = epoll_event(events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue, data: epoll_data_t(u64: UInt64(id)))
         epoll_ctl(epfd, EPOLL_CTL_MOD, c.pointee.fd, &ev)
-        let hello = wire.handshake(name: name(of: id), room: roomName(of: id), publisher: c.pointee.role == .publisher)
+        if c.pointee.webSocket == .upgrading {
+            Self.upgradeRequest.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
+            flush(id)
+            return
+        }
+        sendHello(id)
+    }
+
+    /// The join (or SUBSCRIBE) that starts a connection's part in the workload.
+    private func sendHello(_ id: Int) {
+        let hello = wire.handshake(name: name(of: id), room: roomName(of: id), publisher: conns[id].role == .publisher)
         if !hello.isEmpty {
-            hello.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
+            hello.withUnsafeBytes { sendMessage(id, $0.baseAddress!, $0.count) }
             flush(id)
         }
     }
+
+    /// The WebSocket upgrade of a member (RFC 6455 §4.1), asking for roomcast.ltb.v1.
+    private static let upgradeRequest = Array(("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        + "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        + "Sec-WebSocket-Protocol: roomcast.ltb.v1\r\n\r\n").utf8)
 
     private func name(of id: Int) -> String {
         switch conns[id].role {
@@ -312,6 +336,26 @@ final class Engine {
 
     private func queue(_ id: Int, _ bytes: UnsafeRawPointer, _ n: Int) {
         reserve(id, n).copyMemory(from: bytes, byteCount: n)
+    }
+
+    /// Queues one LTB frame (or RESP command): as it is, or on an open WebSocket
+    /// as one masked binary message (RFC 6455 §5.2; opcode 2, FIN). The mask key is
+    /// zero, which leaves the payload as it is: any key is valid, and a server
+    /// cannot tell (§5.3 asks clients for unpredictable keys against proxies'
+    /// cache poisoning, which loopback does not have).
+    private func sendMessage(_ id: Int, _ bytes: UnsafeRawPointer, _ n: Int, opcode: UInt8 = 2) {
+        if conns[id].webSocket == .open {
+            var head: [UInt8] = [0x80 | opcode]
+            if n < 126 { head.append(0x80 | UInt8(n)) } else if n < 65536 {
+                head += [0x80 | 126, UInt8(n >> 8), UInt8(n & 0xFF)]
+            } else {
+                head.append(0x80 | 127)
+                for shift in stride(from: 56, through: 0, by: -8) { head.append(UInt8((n >> shift) & 0xFF)) }
+            }
+            head += [0, 0, 0, 0]
+            head.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
+        }
+        queue(id, bytes, n)
     }
 
     private func pending(_ id: Int) -> Int { conns[id].outLen - conns[id].outStart }
@@ -420,9 +464,10 @@ final class Engine {
         let have = keep + n
         let now = monotonicNs()
         let used: Int
-        switch o.target {
-        case .roomcast: used = parseLTB(id, have, now: now)
-        case .redis: used = parseRESP(id, have, now: now)
+        switch (o.target, c.pointee.webSocket) {
+        case (.roomcast, .none): used = parseLTB(id, have, now: now)
+        case (.roomcast, _): used = parseWebSocket(id, have, now: now)
+        case (.redis, _): used = parseRESP(id, have, now: now)
         }
         let rest = have - used
         if rest > 0 {
@@ -439,29 +484,83 @@ final class Engine {
 
     /// Consumes whole LTB frames from the scratch buffer; returns the bytes used.
     private func parseLTB(_ id: Int, _ have: Int, now: UInt64) -> Int {
-        let role = conns[id].role
-        let dataType = wire.dataType
-        let binary = wire.body == .opaque
-        let payloadOffset = wire.payloadOffset
         var off = 0
         while have - off >= 6 {
             let length = Int(UInt32(littleEndian: scratch.loadUnaligned(fromByteOffset: off, as: UInt32.self)))
-            let type = UInt16(littleEndian: scratch.loadUnaligned(fromByteOffset: off + 4, as: UInt16.self))
-            if length > o.maxFrameBytes { fatal("server sent a frame of \(length) bytes (type \(type))") }
             if have - off - 6 < length { break }
-            let body = off + 6
-            if type == dataType {
-                if role == .member {
-                    deliverPayload(id, UnsafeRawPointer(scratch + body + payloadOffset), binary: binary, now: now)
-                } else {
-                    publisherReceipts &+= 1
-                }
-            } else if type == Wire.joinType {
-                joinsReceived[role == .extra ? 1 : 0] += 1
+            handleLTB(id, at: off, length: length, now: now)
+            off += 6 + length
+        }
+        return off
+    }
+
+    /// One whole LTB frame at `off` of the scratch buffer (`length`: its body's bytes).
+    @inline(__always)
+    private func handleLTB(_ id: Int, at off: Int, length: Int, now: UInt64) {
+        let type = UInt16(littleEndian: scratch.loadUnaligned(fromByteOffset: off + 4, as: UInt16.self))
+        if length > o.maxFrameBytes { fatal("server sent a frame of \(length) bytes (type \(type))") }
+        let role = conns[id].role
+        if type == wire.dataType {
+            if role == .member {
+                deliverPayload(id, UnsafeRawPointer(scratch + off + 6 + wire.payloadOffset), binary: wire.body == .opaque, now: now)
             } else {
-                otherFrames &+= 1
+                publisherReceipts &+= 1
             }
-            off = body + length
+        } else if type == Wire.joinType {
+            joinsReceived[role == .extra ? 1 : 0] += 1
+        } else {
+            otherFrames &+= 1
+        }
+    }
+
+    /// A WebSocket member: first the 101 answer to its upgrade, then whole server
+    /// frames (unmasked, RFC 6455 §5.2), each binary message one LTB frame
+    /// (roomcast.ltb.v1); pings are answered with pongs. Returns the bytes used.
+    private func parseWebSocket(_ id: Int, _ have: Int, now: UInt64) -> Int {
+        var off = 0
+        if conns[id].webSocket == .upgrading {
+            let head = UnsafeRawBufferPointer(start: scratch, count: have)
+            guard let end = (0..<max(0, have - 3)).first(where: {
+                head[$0] == 13 && head[$0 + 1] == 10 && head[$0 + 2] == 13 && head[$0 + 3] == 10
+            }) else {
+                if have > 8192 { serverClosed(id, "no end to the upgrade's answer in 8 KiB") }
+                return 0
+            }
+            let answer = String(decoding: head[0..<end], as: UTF8.self)
+            guard answer.hasPrefix("HTTP/1.1 101"), answer.lowercased().contains("sec-websocket-protocol: roomcast.ltb.v1") else {
+                serverClosed(id, "upgrade refused: \(answer.prefix(80))")
+                return have
+            }
+            conns[id].webSocket = .open
+            sendHello(id)
+            off = end + 4
+        }
+        while have - off >= 2 {
+            let b0 = scratch.load(fromByteOffset: off, as: UInt8.self)
+            var length = Int(scratch.load(fromByteOffset: off + 1, as: UInt8.self) & 0x7F)
+            var at = off + 2
+            if length == 126 {
+                guard have - off >= 4 else { break }
+                length = Int(UInt16(bigEndian: scratch.loadUnaligned(fromByteOffset: off + 2, as: UInt16.self)))
+                at = off + 4
+            } else if length == 127 {
+                guard have - off >= 10 else { break }
+                length = Int(UInt64(bigEndian: scratch.loadUnaligned(fromByteOffset: off + 2, as: UInt64.self)))
+                at = off + 10
+            }
+            if length > o.maxFrameBytes + 6 { fatal("server sent a WebSocket frame of \(length) bytes") }
+            guard have - at >= length else { break }
+            switch b0 & 0x0F {
+            case 2 where length >= 6: handleLTB(id, at: at, length: length - 6, now: now)
+            case 9:
+                sendMessage(id, scratch + at, length, opcode: 10)
+                if !conns[id].writeArmed { flush(id) }
+            case 8:
+                serverClosed(id, "WebSocket close \(length >= 2 ? Int(UInt16(bigEndian: scratch.loadUnaligned(fromByteOffset: at, as: UInt16.self))) : 1005)")
+                return have
+            default: otherFrames &+= 1
+            }
+            off = at + length
         }
         return off
     }
@@ -686,9 +785,10 @@ final class Engine {
             budget -= 1
             let id = heartbeatCursor
             heartbeatCursor = (heartbeatCursor + 1) % count
-            guard conns[id].state == .open else { continue }
+            // A WebSocket member sends nothing between its upgrade and the 101 answer.
+            guard conns[id].state == .open, conns[id].webSocket != .upgrading else { continue }
             heartbeatsSent += 1
-            heartbeatBytes.withUnsafeBytes { queue(id, $0.baseAddress!, $0.count) }
+            heartbeatBytes.withUnsafeBytes { sendMessage(id, $0.baseAddress!, $0.count) }
             if !conns[id].writeArmed { flush(id) }
         }
     }

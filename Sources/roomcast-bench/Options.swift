@@ -33,6 +33,10 @@ struct Options {
     /// `--port P1,P2,...`: several daemons of one cluster (one cluster). The
     /// publishers connect to the first; members are spread over all, round robin.
     var ports: [UInt16] = []
+    /// `--websocket-port P`: members connect to the daemon's WebSocket listener
+    /// there (subprotocol roomcast.ltb.v1: one LTB frame per binary message,
+    /// docs/protocol.md §15) instead of `--port`; publishers stay on LTB.
+    var webSocketPort: UInt16?
     var members = 100
     var publishers = 1
     var size = 64
@@ -125,6 +129,9 @@ struct Options {
           --host H              127.x.x.x only (default 127.0.0.1)
           --port P[,P2...]      (default 9898); several: daemons of one cluster, publishers on
                                 the first, members spread over all of them
+          --websocket-port P    members are WebSocket clients of roomcastd's listener on P
+                                (roomcast.ltb.v1: each binary message one LTB frame); publishers
+                                stay on --port
           --server-pid PID      read the server's RSS (/proc/PID/status) and CPU (/proc/PID/stat)
           --cpu-pids P1,P2...   also measure these processes' CPU over the window (cpu_pidN_pct)
 
@@ -190,6 +197,7 @@ struct Options {
                 }
                 o.port = list[0]
                 o.ports = list
+            case "--websocket-port": o.webSocketPort = UInt16(try int(1, 65535))
             case "--members": o.members = try int(0, 19_000)
             case "--publishers": o.publishers = try int(1, 1_000)
             case "--size": o.size = try int(20, 1 << 20)
