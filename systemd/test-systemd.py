@@ -642,17 +642,34 @@ def test_stray_usr2_then_stop(t):
         c.close()
 
 
+def enable_socket_on_free_port(t, unit):
+    """Moves a shipped socket unit to a free loopback port (a drop-in), enables and
+    starts it; checks the service waits for its first client. Returns the port."""
+    port = free_port()
+    write_file(f"/etc/systemd/system/{unit}.d/test.conf", f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{port}\n")
+    run("systemctl", "daemon-reload")
+    p = run("systemctl", "enable", "--now", unit, check=False)
+    t.check(f"systemctl enable --now {unit}", p.returncode == 0, p.stderr.strip())
+    t.check("the service is not started before a client comes", show(UNIT, "ActiveState")["ActiveState"] == "inactive")
+    return port
+
+
+def disable_socket(t, unit, dialect, *clients):
+    """Checks the journal named the listener systemd passed (`listening on ... (DIALECT)`),
+    closes the clients, disables the socket unit and stops the service."""
+    recs = eventually(lambda: find(journal(), f"({dialect})"))
+    t.check(f"the daemon logged the {dialect} listener from systemd", bool(recs), f"no 'listening on ... ({dialect})' record")
+    for c in clients:
+        c.close()
+    run("systemctl", "disable", "--now", unit)
+    run("systemctl", "stop", UNIT)
+
+
 def test_json_socket(t, stage):
     """roomcastd-json.socket hands the JSON listener to the
     same service (FileDescriptorName=json), bridged into the LTB rooms."""
     write_config(stage, "")  # the defaults again: echo = yes
-    jport = free_port()
-    write_file("/etc/systemd/system/roomcastd-json.socket.d/test.conf",
-               f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{jport}\n")
-    run("systemctl", "daemon-reload")
-    p = run("systemctl", "enable", "--now", "roomcastd-json.socket", check=False)
-    t.check("systemctl enable --now roomcastd-json.socket", p.returncode == 0, p.stderr.strip())
-    t.check("the service is not started before a client comes", show(UNIT, "ActiveState")["ActiveState"] == "inactive")
+    jport = enable_socket_on_free_port(t, "roomcastd-json.socket")
     j = socket.create_connection(("127.0.0.1", jport), timeout=5)
     body = json.dumps({"cmd": "nickname", "nickname": "guest232"}, indent=2).encode()
     j.sendall(struct.pack("<I", len(body)) + body)
@@ -672,12 +689,7 @@ def test_json_socket(t, stage):
         buf += j.recv(4096)
     msg = json.loads(buf[4:4 + struct.unpack("<I", buf[:4])[0]])
     t.check("an LTB text reaches the JSON client as msg", msg == {"cmd": "msg", "from": "alice", "content": "hi json"}, str(msg))
-    recs = eventually(lambda: find(journal(), "(json)"))
-    t.check("the daemon logged the JSON listener from systemd", bool(recs), "no 'listening on ... (json)' record")
-    j.close()
-    ltb.close()
-    run("systemctl", "disable", "--now", "roomcastd-json.socket")
-    run("systemctl", "stop", UNIT)
+    disable_socket(t, "roomcastd-json.socket", "json", j, ltb)
 
 
 def ws_frame(opcode, payload):
@@ -713,13 +725,7 @@ def test_websocket_socket(t, stage):
     """roomcastd-websocket.socket hands the WebSocket listener to the same
     service (FileDescriptorName=websocket); its clients share the LTB rooms."""
     write_config(stage, "")
-    wport = free_port()
-    write_file("/etc/systemd/system/roomcastd-websocket.socket.d/test.conf",
-               f"[Socket]\nListenStream=\nListenStream=127.0.0.1:{wport}\n")
-    run("systemctl", "daemon-reload")
-    p = run("systemctl", "enable", "--now", "roomcastd-websocket.socket", check=False)
-    t.check("systemctl enable --now roomcastd-websocket.socket", p.returncode == 0, p.stderr.strip())
-    t.check("the service is not started before a client comes", show(UNIT, "ActiveState")["ActiveState"] == "inactive")
+    wport = enable_socket_on_free_port(t, "roomcastd-websocket.socket")
     w = socket.create_connection(("127.0.0.1", wport), timeout=5)
     w.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
               b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
@@ -753,12 +759,7 @@ def test_websocket_socket(t, stage):
         msg = {"error": str(e)}
     t.check("an LTB text reaches the WebSocket client as msg",
             msg == {"cmd": "msg", "from": "alice", "content": "hi browser"}, str(msg))
-    recs = eventually(lambda: find(journal(), "(websocket)"))
-    t.check("the daemon logged the WebSocket listener from systemd", bool(recs), "no 'listening on ... (websocket)' record")
-    w.close()
-    ltb.close()
-    run("systemctl", "disable", "--now", "roomcastd-websocket.socket")
-    run("systemctl", "stop", UNIT)
+    disable_socket(t, "roomcastd-websocket.socket", "websocket", w, ltb)
 
 
 HANDOVER_CLIENTS, HANDOVER_ROOMS, HANDOVER_RATE = 1000, 10, 0.2
