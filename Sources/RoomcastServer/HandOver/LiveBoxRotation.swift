@@ -65,7 +65,7 @@ extension Server {
         live.box = box
         live.boxed += n
         live.toBox.removeFirst(n)
-        queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd, thenRemove: nil)
+        queueLiveStore(name: "livebox-\(live.boxGeneration)", fds: [box.readEnd], thenRemove: nil)
         logger.debug("live box \(live.boxGeneration): a box of \(live.fullBoxes.count + 1) filled up, another one added")
     }
 
@@ -144,8 +144,9 @@ extension Server {
         live.incomplete = n < entries.count
         live.toBox.removeAll()
         live.boxGeneration += 1
-        for b in boxes.dropLast() { queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: b.readEnd, thenRemove: nil) }
-        queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd,
+        // All of the generation's boxes in one notification: PID 1 takes them
+        // together, before the older generation is removed.
+        queueLiveStore(name: "livebox-\(live.boxGeneration)", fds: boxes.map(\.readEnd),
                        thenRemove: live.boxGeneration > handOver.previousLiveGeneration + 1 ? "livebox-\(live.boxGeneration - 1)" : nil)
     }
 
