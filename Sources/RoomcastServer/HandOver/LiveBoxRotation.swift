@@ -19,6 +19,7 @@ extension Server {
             logLive(LiveLog.room(live.slots[id].serial, room: relay.roomName(of: id), identity: relay.identity(of: id)))
             if let claims = table.slots[id]!.auth?.claims { logLive(LiveLog.auth(live.slots[id].serial, claims)) }
         }
+        cluster?.logLivePositions()
         if !live.toBox.isEmpty {
             var broken = live.box == nil
             let room = inFlightRoom()

@@ -171,6 +171,7 @@ extension Server {
         live = store
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true
+        cluster?.tracker.tracksChanges = true
         for id in table.ids { assignSerial(id) }
         rebuildLiveLog()
         rebuildLiveBox()
@@ -265,7 +266,8 @@ extension Server {
     /// crash closes it, where its partial frames would be cut).
     func rebuildLiveLog(reserve: Int = 0) {
         guard let live else { return }
-        var snapshot: [UInt8] = []
+        // The cluster link first: its origin and numbering (docs/cluster.md).
+        var snapshot: [UInt8] = cluster?.liveSnapshot() ?? []
         let budget = live.maximumLogBytes / 2 - LiveLog.headerSize - reserve
         var left: [String] = []
         for id in table.ids {
