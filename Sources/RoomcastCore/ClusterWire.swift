@@ -173,6 +173,12 @@ public struct ClusterStreams {
     /// Rooms with a stream: those with members here.
     public var count: Int { streams.count }
 
+    /// The last stream id drawn.
+    public var lastStreamID: UInt64 { lastID }
+
+    /// `room`'s stream: its id and the last number drawn; nil: none.
+    public func position(_ room: RoomName) -> (id: UInt64, seq: UInt64)? { streams[room].map { ($0.id, $0.seq) } }
+
     /// `room` got its first member here: a new stream (or the one carried
     /// over a restart for it, `restore`).
     public mutating func open(_ room: RoomName) {
@@ -241,9 +247,51 @@ public struct ClusterSequenceTracker {
         var seq: UInt64
     }
 
+    /// The last frame delivered from `origin` in `room`: what a restart
+    /// carries over (`HandOverState.Cluster.positions`), so that the frames
+    /// an origin published while no process of this daemon listened count
+    /// as missed, where a fresh tracker would take them as never sent.
+    public struct Carried: Equatable, Hashable, Sendable {
+        public var room: RoomName
+        public var origin: UInt64
+        public var stream: UInt64
+        public var seq: UInt64
+        public init(room: RoomName, origin: UInt64, stream: UInt64, seq: UInt64) {
+            self.room = room; self.origin = origin; self.stream = stream; self.seq = seq
+        }
+    }
+
     private var rooms: [RoomName: [UInt64: Position]] = [:]
 
+    /// Rooms whose positions changed since `takeChanged` (only while
+    /// `tracksChanges`: the crash path logs them once per loop turn).
+    public var tracksChanges = false
+    private var changedRooms: Set<RoomName> = []
+
     public init() {}
+
+    /// Every position, in no particular order.
+    public var carried: [Carried] {
+        rooms.flatMap { room, origins in origins.map { Carried(room: room, origin: $0.key, stream: $0.value.stream, seq: $0.value.seq) } }
+    }
+
+    /// Takes over positions a previous process carried (`carried`); a
+    /// position with stream 0 is none.
+    public mutating func restore(_ positions: [Carried]) {
+        for p in positions where p.stream != 0 { rooms[p.room, default: [:]][p.origin] = Position(stream: p.stream, seq: p.seq) }
+    }
+
+    /// Every position of each room changed since the last call (empty: the
+    /// room has none any more, its positions were forgotten).
+    public mutating func takeChanged() -> [RoomName: [Carried]] {
+        guard !changedRooms.isEmpty else { return [:] }
+        defer { changedRooms.removeAll(keepingCapacity: true) }
+        var out: [RoomName: [Carried]] = [:]
+        for room in changedRooms {
+            out[room] = (rooms[room] ?? [:]).map { Carried(room: room, origin: $0.key, stream: $0.value.stream, seq: $0.value.seq) }
+        }
+        return out
+    }
 
     /// Origins with state, over all rooms (for tests and the stats).
     public var count: Int { rooms.values.reduce(0) { $0 + $1.count } }
@@ -254,10 +302,12 @@ public struct ClusterSequenceTracker {
     public mutating func check(room: RoomName, origin: UInt64, stream: UInt64, seq: UInt64) -> Verdict {
         guard let last = rooms[room]?[origin] else {
             rooms[room, default: [:]][origin] = Position(stream: stream, seq: seq)
+            if tracksChanges { changedRooms.insert(room) }
             return .deliver(missed: 0)
         }
         if stream < last.stream || (stream == last.stream && seq <= last.seq) { return .late }
         rooms[room]![origin] = Position(stream: stream, seq: seq)
+        if tracksChanges { changedRooms.insert(room) }
         // A new run of the room at the origin: the frames of it before this one were lost.
         return .deliver(missed: stream == last.stream ? seq - last.seq - 1 : max(seq, 1) - 1)
     }
@@ -267,6 +317,7 @@ public struct ClusterSequenceTracker {
     public mutating func forget(origin: UInt64) {
         for room in rooms.keys where rooms[room]![origin] != nil {
             rooms[room]![origin] = nil
+            if tracksChanges { changedRooms.insert(room) }
             if rooms[room]!.isEmpty { rooms[room] = nil }
         }
     }
@@ -274,6 +325,7 @@ public struct ClusterSequenceTracker {
     /// This daemon stopped listening to `room` (its last member left): what
     /// is published there meanwhile is not lost to anyone here.
     public mutating func forget(room: RoomName) {
+        if tracksChanges && rooms[room] != nil { changedRooms.insert(room) }
         rooms[room] = nil
     }
 }

@@ -56,6 +56,8 @@ public struct HandOverState: Equatable, Sendable {
         /// The last stream id drawn (`ClusterStreams`).
         public var lastStream: UInt64
         public var streams: [Stream]
+        /// The receiving side's positions (`ClusterSequenceTracker.carried`).
+        public var positions: [ClusterSequenceTracker.Carried] = []
 
         public struct Stream: Equatable, Sendable {
             public var room: RoomName
@@ -64,10 +66,11 @@ public struct HandOverState: Equatable, Sendable {
             public init(room: RoomName, id: UInt64, seq: UInt64) { self.room = room; self.id = id; self.seq = seq }
         }
 
-        public init(origin: UInt64, lastStream: UInt64, streams: [Stream]) {
+        public init(origin: UInt64, lastStream: UInt64, streams: [Stream], positions: [ClusterSequenceTracker.Carried] = []) {
             self.origin = origin
             self.lastStream = lastStream
             self.streams = streams
+            self.positions = positions
         }
     }
 
@@ -146,8 +149,10 @@ public struct HandOverState: Equatable, Sendable {
 
     enum ClusterTag: UInt16 {
         case origin = 1, lastStream, stream
-        /// Inside a stream record.
-        case room = 10, id, seq
+        /// A tracker position: room, origin (`positionOrigin`), id (its stream), seq.
+        case position = 4
+        /// Inside a stream or position record.
+        case room = 10, id, seq, positionOrigin
     }
 
     enum GlobalTag: UInt16 {
@@ -208,6 +213,7 @@ public struct HandOverState: Equatable, Sendable {
     /// two integers.
     public static func clusterBytesBound(_ c: Cluster) -> Int {
         c.streams.reduce(6 + 2 * 14) { $0 + 6 + 6 + $1.room.bytes.count + 2 * 14 }
+            + c.positions.reduce(0) { $0 + 6 + 6 + $1.room.bytes.count + 3 * 14 }
     }
 
     /// At least the bytes of the header and the globals, with `writer`
@@ -260,6 +266,14 @@ public struct HandOverState: Equatable, Sendable {
                         w.bytes(ClusterTag.room.rawValue, s.room.bytes)
                         w.u64(ClusterTag.id.rawValue, s.id)
                         w.u64(ClusterTag.seq.rawValue, s.seq)
+                    }
+                }
+                for p in cluster.positions {
+                    w.nested(ClusterTag.position.rawValue) { w in
+                        w.bytes(ClusterTag.room.rawValue, p.room.bytes)
+                        w.u64(ClusterTag.positionOrigin.rawValue, p.origin)
+                        w.u64(ClusterTag.id.rawValue, p.stream)
+                        w.u64(ClusterTag.seq.rawValue, p.seq)
                     }
                 }
             }
@@ -355,6 +369,19 @@ public struct HandOverState: Equatable, Sendable {
                     }
                 }
                 c.streams.append(s)
+            case .position:
+                var p = ClusterSequenceTracker.Carried(room: RoomName(bytes: []), origin: 0, stream: 0, seq: 0)
+                var fields = Reader(v)
+                while let (f, fv) = try fields.next() {
+                    switch ClusterTag(rawValue: f) {
+                    case .room: p.room = RoomName(bytes: Array(fv))
+                    case .positionOrigin: p.origin = try Reader.u64(fv, "cluster position origin")
+                    case .id: p.stream = try Reader.u64(fv, "cluster position stream")
+                    case .seq: p.seq = try Reader.u64(fv, "cluster position number")
+                    default: break
+                    }
+                }
+                c.positions.append(p)
             default: break
             }
         }

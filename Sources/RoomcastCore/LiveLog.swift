@@ -56,6 +56,17 @@ public enum LiveLog {
         /// length u32 | TokenClaims.json. Numbered apart from the sequence
         /// above, so kinds other changes add there cannot collide with it.
         case auth = 0x41
+        /// The cluster link (docs/cluster.md), serial 0: this daemon's
+        /// origin u64 | the last stream id drawn u64.
+        case clusterOrigin = 0x51
+        /// One room's stream as this daemon numbers it, serial 0: room
+        /// length u32 | room | stream id u64 | last number u64 (id 0: none).
+        /// Written before the publisher sends any frame numbered past it.
+        case clusterStream = 0x52
+        /// Every position of one room (`ClusterSequenceTracker`), serial 0:
+        /// room length u32 | room | count u32 | count x (origin u64 |
+        /// stream u64 | seq u64); replaces the room's earlier positions.
+        case clusterPositions = 0x53
     }
 
     /// One connection as the log leaves it.
@@ -115,6 +126,38 @@ public enum LiveLog {
     /// The verified claims of connection `serial` (Kind.auth).
     public static func auth(_ serial: UInt64, _ claims: TokenClaims) -> [UInt8] { bytesRecord(.auth, serial, claims.json) }
 
+    /// This daemon's cluster origin and the last stream id it drew.
+    public static func clusterOrigin(_ origin: UInt64, lastStream: UInt64) -> [UInt8] {
+        var payload: [UInt8] = []
+        put(&payload, origin)
+        put(&payload, lastStream)
+        return record(.clusterOrigin, 0, payload)
+    }
+
+    /// `room`'s stream here: its id and the last number drawn (id 0: none).
+    public static func clusterStream(_ room: RoomName, id: UInt64, seq: UInt64) -> [UInt8] {
+        var payload: [UInt8] = []
+        put(&payload, UInt32(room.bytes.count))
+        payload += room.bytes
+        put(&payload, id)
+        put(&payload, seq)
+        return record(.clusterStream, 0, payload)
+    }
+
+    /// Every position of `room` now (`positions` all of that room).
+    public static func clusterPositions(_ room: RoomName, _ positions: [ClusterSequenceTracker.Carried]) -> [UInt8] {
+        var payload: [UInt8] = []
+        put(&payload, UInt32(room.bytes.count))
+        payload += room.bytes
+        put(&payload, UInt32(positions.count))
+        for p in positions {
+            put(&payload, p.origin)
+            put(&payload, p.stream)
+            put(&payload, p.seq)
+        }
+        return record(.clusterPositions, 0, payload)
+    }
+
     private static func bytesRecord(_ kind: Kind, _ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] {
         var payload: [UInt8] = []
         payload.reserveCapacity(4 + bytes.count)
@@ -145,6 +188,14 @@ public enum LiveLog {
     /// - Throws: `HandOverState.DecodeError`: not a live log, a newer
     ///   version, or a record cut short inside the committed part.
     public static func replay(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError) -> [UInt64: Connection] {
+        try replayAll(bytes).connections
+    }
+
+    /// The connections, and the cluster link's state when the log has its
+    /// origin (nil: no cluster, or a writer before these records).
+    /// - Throws: as `replay`.
+    public static func replayAll(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError)
+        -> (connections: [UInt64: Connection], cluster: HandOverState.Cluster?) {
         guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(magic) else { throw .damaged("not a live log") }
         let v = get(bytes, 4, UInt16.self)
         guard v >= 1 else { throw .damaged("live log version 0") }
@@ -154,6 +205,9 @@ public enum LiveLog {
         let end = headerSize + Int(committed)
         let serialBytes = v == 1 ? 4 : 8
         var live: [UInt64: Connection] = [:]
+        var origin: (UInt64, UInt64)?
+        var streams: [RoomName: (id: UInt64, seq: UInt64)] = [:]
+        var positions: [RoomName: [ClusterSequenceTracker.Carried]] = [:]
         var offset = headerSize
         while offset < end {
             guard end - offset >= 5 + serialBytes else { throw .damaged("a record header cut off at \(offset)") }
@@ -186,12 +240,30 @@ public enum LiveLog {
                 live[serial] = nil
             case .auth:
                 live[serial]?.authClaims = try? TokenClaims(json: Array(try p.bytes(Int(try p.u32()))))
+            case .clusterOrigin:
+                origin = (try p.u64(), try p.u64())
+            case .clusterStream:
+                let room = RoomName(bytes: Array(try p.bytes(Int(try p.u32()))))
+                let id = try p.u64(), seq = try p.u64()
+                streams[room] = id == 0 ? nil : (id, seq)
+            case .clusterPositions:
+                let room = RoomName(bytes: Array(try p.bytes(Int(try p.u32()))))
+                let count = Int(try p.u32())
+                guard count <= (p.end - p.at) / 24 else { throw .damaged("\(count) cluster positions in a short record") }
+                var list: [ClusterSequenceTracker.Carried] = []
+                for _ in 0..<count { list.append(.init(room: room, origin: try p.u64(), stream: try p.u64(), seq: try p.u64())) }
+                positions[room] = list.isEmpty ? nil : list
             case nil:
                 break
             }
             offset += 4 + length
         }
-        return live
+        let cluster = origin.map { o in
+            HandOverState.Cluster(origin: o.0, lastStream: o.1,
+                                  streams: streams.map { .init(room: $0.key, id: $0.value.id, seq: $0.value.seq) },
+                                  positions: positions.values.flatMap { $0 })
+        }
+        return (live, cluster?.origin == 0 ? nil : cluster)
     }
 
     private struct Payload {
@@ -221,6 +293,11 @@ public enum LiveLog {
         mutating func u32() throws(HandOverState.DecodeError) -> UInt32 {
             let b = try bytes(4)
             return (0..<4).reduce(UInt32(0)) { $0 | UInt32(b[b.startIndex + $1]) << (8 * UInt32($1)) }
+        }
+
+        mutating func u64() throws(HandOverState.DecodeError) -> UInt64 {
+            let b = try bytes(8)
+            return (0..<8).reduce(UInt64(0)) { $0 | UInt64(b[b.startIndex + $1]) << (8 * UInt64($1)) }
         }
     }
 

@@ -279,4 +279,40 @@ struct HandOverStateTests {
                           streams: [.init(room: "r1", id: 3, seq: 120), .init(room: RoomName(bytes: [0xFF, 0x00]), id: 9, seq: 1)])
         #expect(try HandOverState.decode(s.encode()) == s)
     }
+
+    @Test("the tracker's positions round-trip in the cluster record, and a tracker restored from them counts what it missed")
+    func positionsRoundTrip() throws {
+        var tracker = ClusterSequenceTracker()
+        _ = tracker.check(room: "r1", origin: 7, stream: 2, seq: 40)
+        _ = tracker.check(room: "r2", origin: 7, stream: 5, seq: 1)
+        _ = tracker.check(room: "r1", origin: 9, stream: 1, seq: 3)
+        var s = HandOverState(stoppedReadingMs: 7, writer: "t")
+        s.cluster = .init(origin: 1, lastStream: 1, streams: [], positions: tracker.carried)
+        let decoded = try #require(try HandOverState.decode(s.encode()).cluster)
+        #expect(Set(decoded.positions) == Set(tracker.carried) && decoded.positions.count == 3)
+        #expect(HandOverState.clusterBytesBound(s.cluster!) >= s.encode().count - HandOverState(stoppedReadingMs: 7, writer: "t").encode().count)
+        var restored = ClusterSequenceTracker()
+        restored.restore(decoded.positions)
+        #expect(restored.check(room: "r1", origin: 7, stream: 2, seq: 43) == .deliver(missed: 2))
+        #expect(restored.check(room: "r1", origin: 9, stream: 1, seq: 3) == .late)
+        #expect(restored.check(room: "r2", origin: 7, stream: 6, seq: 2) == .deliver(missed: 1))
+        var fresh = ClusterSequenceTracker()
+        #expect(fresh.check(room: "r1", origin: 7, stream: 2, seq: 43) == .deliver(missed: 0), "without them the gap is invisible")
+    }
+
+    @Test("the tracker reports each changed room once per take, forgotten ones with no positions")
+    func trackerChanges() {
+        var t = ClusterSequenceTracker()
+        t.tracksChanges = true
+        _ = t.check(room: "r1", origin: 7, stream: 1, seq: 1)
+        _ = t.check(room: "r1", origin: 7, stream: 1, seq: 2)
+        _ = t.check(room: "r2", origin: 8, stream: 1, seq: 1)
+        let first = t.takeChanged()
+        #expect(first.count == 2 && first["r1"] == [.init(room: "r1", origin: 7, stream: 1, seq: 2)])
+        #expect(t.takeChanged().isEmpty)
+        t.forget(origin: 8)
+        t.forget(room: "r1")
+        let second = t.takeChanged()
+        #expect(second.count == 2 && second["r1"] == [] && second["r2"] == [], "\(second)")
+    }
 }

@@ -94,4 +94,36 @@ struct LiveLogTests {
         let replayed = try Self.replay(old)
         #expect(Set(replayed.keys) == [9] && replayed[9]?.peerAddress == "x" && replayed[9]?.input == [4, 5])
     }
+
+    @Test("the cluster records: the origin and last stream, each room's stream (the latest wins, id 0: none), each room's positions (replaced whole; none: forgotten)")
+    func clusterRecords() throws {
+        let bytes = Self.log([
+            LiveLog.open(1, dialect: .ltb, address: "x"),
+            LiveLog.clusterOrigin(0xABCD, lastStream: 3),
+            LiveLog.clusterStream("r1", id: 2, seq: 10),
+            LiveLog.clusterStream("r2", id: 3, seq: 1),
+            LiveLog.clusterPositions("r1", [.init(room: "r1", origin: 7, stream: 4, seq: 9), .init(room: "r1", origin: 8, stream: 1, seq: 1)]),
+            LiveLog.clusterPositions("r2", [.init(room: "r2", origin: 7, stream: 1, seq: 5)]),
+            LiveLog.clusterStream("r1", id: 2, seq: 12),
+            LiveLog.clusterStream("r2", id: 0, seq: 0),
+            LiveLog.clusterPositions("r1", [.init(room: "r1", origin: 7, stream: 4, seq: 11)]),
+            LiveLog.clusterPositions("r2", []),
+            LiveLog.clusterOrigin(0xABCD, lastStream: 4),
+        ])
+        let (live, cluster) = try bytes.withUnsafeBytes { raw in
+            Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) }
+        }.get()
+        #expect(Set(live.keys) == [1])
+        let c = try #require(cluster)
+        #expect(c.origin == 0xABCD && c.lastStream == 4)
+        #expect(c.streams == [.init(room: "r1", id: 2, seq: 12)])
+        #expect(c.positions == [.init(room: "r1", origin: 7, stream: 4, seq: 11)])
+        // A log without them (no cluster, or an older writer): none.
+        let plain = Self.log([LiveLog.open(1, dialect: .ltb, address: "x")])
+        #expect(try plain.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) } }.get().cluster == nil)
+        // A count that overruns its record is damage, not a trap.
+        var bad = LiveLog.clusterPositions("r1", [.init(room: "r1", origin: 7, stream: 4, seq: 11)])
+        bad[13 + 4 + 2] = 0xFF
+        #expect(throws: HandOverState.DecodeError.self) { try Self.replay(Self.log([bad])) }
+    }
 }

@@ -53,8 +53,9 @@ final class ClusterLink: RelayObserver {
     unowned let server: Server
     let address: RedisAddress
     private(set) var settings: Config.Cluster
-    /// This daemon in the cluster: random, drawn at each start, and carried
-    /// over a restart that keeps the clients (`adopt`).
+    /// This daemon in the cluster: random, drawn at the first start, and
+    /// carried over a restart that keeps the clients (`adopt`) and over a
+    /// crash (the live log has it).
     private(set) var origin: UInt64
     let channels: ClusterChannels
     private(set) var heartbeatChannel: [UInt8]
@@ -105,6 +106,11 @@ final class ClusterLink: RelayObserver {
     /// members are announced again once the link is up (`announceRestoredMembers`).
     var restoredAfterCrash = false
 
+    /// Rooms whose stream numbers moved since the live log last had them,
+    /// and the last stream id it has (`publisherWillWrite`).
+    private var streamsToLog: Set<RoomName> = []
+    private var loggedLastStream: UInt64 = 0
+
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
     var converted: [UInt8] = []
@@ -154,13 +160,57 @@ final class ClusterLink: RelayObserver {
         random = origin
         heartbeatChannel = channels.heartbeat(origin: origin)
         streams.restore(lastID: carried.lastStream, streams: carried.streams.map { (room: $0.room, id: $0.id, seq: $0.seq) })
+        tracker.restore(carried.positions)
     }
 
-    /// What a restart carries over (`HandOverState.cluster`).
+    /// What a restart carries over (`HandOverState.cluster`): the origin,
+    /// the numbering of this daemon's streams and the positions of the
+    /// other daemons' frames delivered here.
     func carry() -> HandOverState.Cluster {
         let s = streams.snapshot
         return HandOverState.Cluster(origin: origin, lastStream: s.lastID,
-                                     streams: s.streams.map { HandOverState.Cluster.Stream(room: $0.room, id: $0.id, seq: $0.seq) })
+                                     streams: s.streams.map { HandOverState.Cluster.Stream(room: $0.room, id: $0.id, seq: $0.seq) },
+                                     positions: tracker.carried)
+    }
+
+    // MARK: - The crash path (LiveStore.swift)
+
+    /// The records of the whole link for a compacted live log: origin,
+    /// every stream, every position.
+    func liveSnapshot() -> [UInt8] {
+        var out = LiveLog.clusterOrigin(origin, lastStream: streams.lastStreamID)
+        for s in streams.snapshot.streams { out += LiveLog.clusterStream(s.room, id: s.id, seq: s.seq) }
+        var byRoom: [RoomName: [ClusterSequenceTracker.Carried]] = [:]
+        for p in tracker.carried { byRoom[p.room, default: []].append(p) }
+        for (room, list) in byRoom { out += LiveLog.clusterPositions(room, list) }
+        loggedLastStream = streams.lastStreamID
+        streamsToLog.removeAll(keepingCapacity: true)
+        _ = tracker.takeChanged()
+        return out
+    }
+
+    /// Before the publisher sends: the numbers of the frames it is about
+    /// to send go into the live log first, so that after a crash no stream
+    /// goes on behind a number another daemon has seen (it would drop the
+    /// frames as late); numbers drawn and not sent before a crash are
+    /// drawn again.
+    func publisherWillWrite() {
+        guard server.live != nil, !streamsToLog.isEmpty || streams.lastStreamID != loggedLastStream else { return }
+        if streams.lastStreamID != loggedLastStream {
+            loggedLastStream = streams.lastStreamID
+            server.logLive(LiveLog.clusterOrigin(origin, lastStream: loggedLastStream))
+        }
+        for room in streamsToLog {
+            if let s = streams.position(room) { server.logLive(LiveLog.clusterStream(room, id: s.id, seq: s.seq)) }
+        }
+        streamsToLog.removeAll(keepingCapacity: true)
+    }
+
+    /// Once per loop turn: the positions of the rooms that received frames
+    /// from other daemons, or forgot some, into the live log.
+    func logLivePositions() {
+        guard server.live != nil else { return }
+        for (room, list) in tracker.takeChanged() { server.logLive(LiveLog.clusterPositions(room, list)) }
     }
 
     /// The first connects; the loop's timers do the rest.
@@ -208,6 +258,7 @@ final class ClusterLink: RelayObserver {
     /// down or slow) still takes its number, so the others count the gap.
     func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int) {
         let next = streams.next(room)
+        if server.live != nil { streamsToLog.insert(room) }
         guard publisher.state == .ready else {
             dropped &+= 1
             return

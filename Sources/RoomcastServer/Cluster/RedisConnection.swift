@@ -355,6 +355,7 @@ final class RedisConnection {
 
     private func write() {
         guard fd >= 0, let r = registration else { return }
+        if role == .publisher && pendingOutput > 0 { link.publisherWillWrite() }
         while pendingOutput > 0 {
             let result = output.withUnsafeBytes { Sys.send(fd, $0.baseAddress! + outputSent, pendingOutput) }
             switch result {

@@ -225,7 +225,7 @@ extension Server {
         live.pendingStores.removeAll { p in
             guard p.name.hasPrefix(HandOverName.liveBoxPrefix) else { return false }
             p.fds.forEach(Sys.close)
-            if let old = p.thenRemove { names.append(old) }  // never sent: the older generation is still stored
+            names += p.thenRemove  // never sent: the older generations are still stored
             return true
         }
         for name in Set(names) {

@@ -19,6 +19,7 @@ extension Server {
             logLive(LiveLog.room(live.slots[id].serial, room: relay.roomName(of: id), identity: relay.identity(of: id)))
             if let claims = table.slots[id]!.auth?.claims { logLive(LiveLog.auth(live.slots[id].serial, claims)) }
         }
+        cluster?.logLivePositions()
         if !live.toBox.isEmpty {
             var broken = live.box == nil
             let room = inFlightRoom()
@@ -65,7 +66,7 @@ extension Server {
         live.box = box
         live.boxed += n
         live.toBox.removeFirst(n)
-        queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd, thenRemove: nil)
+        queueLiveStore(name: "livebox-\(live.boxGeneration)", fds: [box.readEnd], thenRemove: nil)
         logger.debug("live box \(live.boxGeneration): a box of \(live.fullBoxes.count + 1) filled up, another one added")
     }
 
@@ -144,8 +145,9 @@ extension Server {
         live.incomplete = n < entries.count
         live.toBox.removeAll()
         live.boxGeneration += 1
-        for b in boxes.dropLast() { queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: b.readEnd, thenRemove: nil) }
-        queueLiveStore(name: "livebox-\(live.boxGeneration)", fd: box.readEnd,
+        // All of the generation's boxes in one notification: PID 1 takes them
+        // together, before the older generation is removed.
+        queueLiveStore(name: "livebox-\(live.boxGeneration)", fds: boxes.map(\.readEnd),
                        thenRemove: live.boxGeneration > handOver.previousLiveGeneration + 1 ? "livebox-\(live.boxGeneration - 1)" : nil)
     }
 

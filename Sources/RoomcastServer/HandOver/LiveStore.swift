@@ -28,8 +28,9 @@ import RoomcastIO
 // (`Server.release`), and drops the socket's unread input, which the copy
 // would otherwise keep in kernel memory until the next rebuild. Stores go
 // through the non-blocking notify channel; what PID 1 did not take yet is
-// retried every iteration, and a newer generation replaces one still
-// waiting (one pending store per kind, one descriptor each).
+// retried every iteration, and a newer generation replaces every one still
+// waiting (one pending store per kind and generation: a generation's boxes
+// go in one notification, a box added to it later in one of its own).
 
 /// The live box and log of one process, and the stores PID 1 has not taken yet.
 final class LiveStore {
@@ -73,11 +74,12 @@ final class LiveStore {
     var logGeneration: UInt32 = 0
 
     /// A notification with descriptors PID 1 has not taken yet, and the
-    /// names to remove from the store once it has.
+    /// names to remove from the store once it has (older generations of
+    /// the same kind, among them those of stores it superseded).
     struct PendingStore {
         var name: String
         var fds: [Int32]
-        var thenRemove: String?
+        var thenRemove: [String]
     }
     var pendingStores: [PendingStore] = []
     /// The descriptors PID 1 holds for the live box and log, by name, once
@@ -169,6 +171,7 @@ extension Server {
         live = store
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true
+        cluster?.tracker.tracksChanges = true
         for id in table.ids { assignSerial(id) }
         rebuildLiveLog()
         rebuildLiveBox()
@@ -263,7 +266,8 @@ extension Server {
     /// crash closes it, where its partial frames would be cut).
     func rebuildLiveLog(reserve: Int = 0) {
         guard let live else { return }
-        var snapshot: [UInt8] = []
+        // The cluster link first: its origin and numbering (docs/cluster.md).
+        var snapshot: [UInt8] = cluster?.liveSnapshot() ?? []
         let budget = live.maximumLogBytes / 2 - LiveLog.headerSize - reserve
         var left: [String] = []
         for id in table.ids {
@@ -299,34 +303,50 @@ extension Server {
         }
         do {
             let fd = try live.newLog(snapshot, reserve: reserve)
-            queueLiveStore(name: "livestate-\(live.logGeneration)", fd: fd,
+            queueLiveStore(name: "livestate-\(live.logGeneration)", fds: [fd],
                            thenRemove: live.logGeneration > handOver.previousLiveGeneration + 1 ? "livestate-\(live.logGeneration - 1)" : nil)
         } catch {
             logger.error("cannot make a live log: \(error.description): a crash now would lose rooms", ["REASON": "handover_failed"])
         }
     }
 
-    /// FDSTORE=1 of a copy of `fd` (ours stays in use), sent now if PID 1
-    /// takes it, else at the end of a later iteration. A store of the same
-    /// kind still waiting is superseded: it is dropped, and the new one
-    /// removes what that one would have removed (the generation PID 1 has).
-    func queueLiveStore(name: String, fd: Int32, thenRemove: String?) {
+    /// FDSTORE=1 of copies of `fds` under one name, in one notification
+    /// (ours stay in use), sent now if PID 1 takes it, else at the end of a
+    /// later iteration. Stores of the same kind still waiting under another
+    /// name (older generations) are superseded: they are dropped, and the
+    /// new one also removes what they would have removed and, when some of
+    /// their generation reached PID 1 before them (sibling boxes), that
+    /// generation itself.
+    func queueLiveStore(name: String, fds: [Int32], thenRemove: String?) {
         guard let live else { return }
-        guard let copy = try? Sys.blocking("fcntl(F_DUPFD_CLOEXEC)", { fcntl(fd, F_DUPFD_CLOEXEC, 0) }) else { return }
-        var thenRemove = thenRemove
-        let kind = name.prefix { $0 != "-" }
-        // A newer generation supersedes one PID 1 has not taken yet; a
-        // sibling box of the same generation (same name) does not.
-        if let i = live.pendingStores.firstIndex(where: { $0.name != name && $0.name.prefix { $0 != "-" } == kind }) {
-            let superseded = live.pendingStores.remove(at: i)
-            superseded.fds.forEach(Sys.close)
-            thenRemove = superseded.thenRemove
-            live.supersededStores += 1
-            live.inStore[superseded.name, default: 1] -= 1
-            if live.inStore[superseded.name] == 0 { live.inStore[superseded.name] = nil }
+        var copies: [Int32] = []
+        for fd in fds {
+            guard let copy = try? Sys.blocking("fcntl(F_DUPFD_CLOEXEC)", { fcntl(fd, F_DUPFD_CLOEXEC, 0) }) else {
+                copies.forEach(Sys.close)
+                return
+            }
+            copies.append(copy)
         }
-        live.pendingStores.append(.init(name: name, fds: [copy], thenRemove: thenRemove))
-        live.inStore[name, default: 0] += 1  // counted from now: the old one goes only after it
+        var removals = thenRemove.map { [$0] } ?? []
+        let kind = name.prefix { $0 != "-" }
+        // A newer generation supersedes every one PID 1 has not taken yet; a
+        // sibling box of the same generation (same name) does not.
+        live.pendingStores.removeAll { superseded in
+            guard superseded.name != name, superseded.name.prefix(while: { $0 != "-" }) == kind else { return false }
+            superseded.fds.forEach(Sys.close)
+            live.supersededStores += 1
+            removals += superseded.thenRemove
+            live.inStore[superseded.name, default: superseded.fds.count] -= superseded.fds.count
+            if live.inStore[superseded.name]! <= 0 { live.inStore[superseded.name] = nil }
+            removals.append(superseded.name)  // when its siblings are stored, they go too
+            return true
+        }
+        // Only names PID 1 holds (or will, from a store still waiting): the
+        // list stays short however many generations were superseded.
+        var seen = Set<String>()
+        removals = removals.filter { $0 != name && live.inStore[$0] != nil && seen.insert($0).inserted }
+        live.pendingStores.append(.init(name: name, fds: copies, thenRemove: removals))
+        live.inStore[name, default: 0] += copies.count  // counted from now: the old ones go only after it
         sendLiveStores()
     }
 
@@ -337,12 +357,14 @@ extension Server {
             if outcome == .wouldBlock { return }
             if outcome == .failed {
                 logger.error("systemd refused to store \(next.name): a crash would drop the clients", ["REASON": "handover_failed"])
-                live.inStore[next.name, default: 1] -= 1
+                live.inStore[next.name, default: next.fds.count] -= next.fds.count
                 // Not in the store: a hand-over must not name it.
                 if next.name.hasPrefix(HandOverName.liveBoxPrefix) { live.incomplete = true }
-            } else if let old = next.thenRemove {
-                systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(old)")
-                live.inStore[old] = nil
+            } else {
+                for old in next.thenRemove {
+                    systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(old)")
+                    live.inStore[old] = nil
+                }
             }
             next.fds.forEach(Sys.close)
             live.pendingStores.removeFirst()

@@ -18,6 +18,7 @@ extension Server {
     /// - Returns: the summary for STATUS=.
     func restoreAfterCrash(_ stored: [(fd: Int32, name: String)], started: UInt64, after: String = "a crash") -> String {
         var alive: [UInt64: LiveLog.Connection]?
+        var carried: HandOverState.Cluster?
         var problem: String?
         var newest: UInt32 = 0
         for s in stored where s.name.hasPrefix(HandOverName.liveStatePrefix) {
@@ -27,7 +28,7 @@ extension Server {
                 let generation = bytes.withUnsafeBytes { LiveLog.generation($0) } ?? 0
                 guard generation >= newest else { continue }
                 do throws(HandOverState.DecodeError) {
-                    alive = try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replay(raw) } }.get()
+                    (alive, carried) = try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) } }.get()
                     newest = generation
                 } catch {
                     problem = "\(error.reason): \(error.description)"
@@ -41,7 +42,11 @@ extension Server {
         var seen = Set<UInt64>()
         var seenSockets = Set<SocketIdentity>()
         var fresh = 0
-        cluster?.restoredAfterCrash = true  // a new origin: the others are told these members are still here
+        if let carried {
+            cluster?.adopt(carried)  // the same daemon to the others, its streams after the numbers they may have seen
+        } else {
+            cluster?.restoredAfterCrash = true  // a new origin: the others are told these members are still here
+        }
         let now = clock()
         for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
             let (entries, trouble) = HandOverBox.drain(b.fd)

@@ -3,7 +3,9 @@
 // both linked to a real redis-server, with a real roomcastd as the other
 // daemon. B is subscribed to every restored room before its start returns
 // (READY=1), goes on with A's origin and numbering, and the frames A relayed
-// in its last loop turn reach the other daemon.
+// in its last loop turn reach the other daemon; the positions of the other
+// daemons' frames carry over too. A crash keeps the origin and numbering
+// through the live log.
 import Foundation
 import Glibc
 import Testing
@@ -68,45 +70,119 @@ struct ClusterHandOverTests {
         close(x.peer)
     }
 
-    @Test("after a crash (a new origin): restored members are announced again, and the old origin's silence sends no leave for them")
-    func crashKeepsMembersElsewhere() throws {
+    /// Ticks `node` for `seconds`, its manual clock following the real one (heartbeats go on).
+    static func run(_ node: HandOverTests.Node, _ seconds: Double, until done: () -> Bool = { false }) {
+        let start = monotonicMs(), base = node.clock.nowMs
+        while monotonicMs() - start < Int64(seconds * 1000) && !done() {
+            node.clock.nowMs = base + UInt64(monotonicMs() - start)
+            _ = try? node.tick()
+            usleep(2_000)
+        }
+    }
+
+    /// Frames `bob` (on the other daemon) sends while no process of this
+    /// daemon listens, after A is gone from Redis.
+    static func sendWhileAway(_ redis: RedisServer, channel: String, _ bob: TestClient, _ frames: [[UInt8]]) throws {
+        #expect(redis.waitForSubscribers(channel, 1), "only the other daemon listens")
+        for f in frames {
+            try bob.send(f)
+            #expect(bob.receiveFrame()?.wire == f, "bob's echo: the other daemon published it")
+        }
+    }
+
+    @Test("a restart carries the positions of the other daemons' frames: what they published during the gap counts as missed")
+    func restartCountsTheGap() throws {
         let redis = try RedisServer()
-        let other = try clusterDaemon(redis, name: "crash", ["cluster.timeout": "1s"])
+        let other = try clusterDaemon(redis, name: "gap")
+        let bob = try other.connect()
+        let bu = Wire.user("bob", room: "r1")
+        try bob.send(Wire.join(bu))
+        #expect(bob.receiveFrame()?.wire == Wire.join(bu))
+        let sections = HandOverTests.config + "[cluster]\nredis = \(redis.address)\nname = gap\n"
+        let clock = HandOverTests.ManualClock()
+        let a = try HandOverTests.Node(sections, clock: clock)
+        Self.run(a, 5) { a.server.cluster?.connected == true }
+        let x = a.connect()
+        HandOverTests.send(x.peer, HandOverTests.join("alice", room: "r1"))
+        Self.run(a, 5) { redis.subscribers("roomcast:gap:room:r1") == 2 }
+        #expect(bob.receiveFrame()?.wire == HandOverTests.join("alice", room: "r1"))
+        try bob.send(Wire.text(bu, "before"))
+        #expect(bob.receiveFrame()?.wire == Wire.text(bu, "before"))
+        Self.run(a, 5) { a.server.cluster!.received >= 1 }
+        #expect(a.server.cluster!.tracker.count == 1, "bob's daemon has a position in r1")
+
+        a.notify.update()
+        a.server.handOver.flushIdleMs = 0
+        a.server.beginHandOver()
+        for _ in 0..<3 where !a.server.handOver.done { try a.tick() }
+        #expect(a.server.handOver.done)
+        try Self.sendWhileAway(redis, channel: "roomcast:gap:room:r1", bob, [Wire.text(bu, "gap 1"), Wire.text(bu, "gap 2")])
+        a.notify.update()
+        let b = try HandOverTests.Node(sections, clock: clock, stored: a.notify.passed)
+        let link = try #require(b.server.cluster)
+        #expect(link.tracker.count == 1, "the position carried over")
+        try bob.send(Wire.text(bu, "after"))
+        #expect(bob.receiveFrame()?.wire == Wire.text(bu, "after"))
+        Self.run(b, 5) { link.received >= 1 }
+        #expect(link.gaps == 2, "the 2 frames published while no process listened are counted: \(link.gaps) gaps")
+        #expect(b.log.contains("cluster: 2 frames from daemon"), "\(b.log)")
+        close(x.peer)
+    }
+
+    @Test("after a crash: the same origin and numbering (the live log has them), no join again and no leave elsewhere; the other daemons' frames missed meanwhile are counted")
+    func crashKeepsTheOrigin() throws {
+        let redis = try RedisServer()
+        // cluster.timeout = 3s: the manual clock moves only while the test ticks A or B.
+        let other = try clusterDaemon(redis, name: "crash", ["cluster.timeout": "3s"])
         let bob = try other.connect()
         let bu = Wire.user("bob", room: "r1")
         try bob.send(Wire.join(bu))
         #expect(bob.receiveFrame()?.wire == Wire.join(bu))
 
-        let sections = HandOverTests.config + "[cluster]\nredis = \(redis.address)\nname = crash\ntimeout = 1s\n"
+        let sections = HandOverTests.config + "[cluster]\nredis = \(redis.address)\nname = crash\ntimeout = 3s\n"
         let clock = HandOverTests.ManualClock()
-        /// Ticks `node` for `seconds`, its manual clock following the real one (heartbeats go on).
-        func run(_ node: HandOverTests.Node, _ seconds: Double, until done: () -> Bool = { false }) {
-            let start = monotonicMs(), base = clock.nowMs
-            while monotonicMs() - start < Int64(seconds * 1000) && !done() {
-                clock.nowMs = base + UInt64(monotonicMs() - start)
-                _ = try? node.tick()
-                usleep(2_000)
-            }
-        }
         let a = try HandOverTests.Node(sections, clock: clock)
-        run(a, 5) { a.server.cluster?.connected == true }
+        Self.run(a, 5) { a.server.cluster?.connected == true }
         let x = a.connect()
         let alice = HandOverTests.join("alice", room: "r1")
         HandOverTests.send(x.peer, alice)
-        run(a, 5) { redis.subscribers("roomcast:crash:room:r1") == 2 }
+        Self.run(a, 5) { redis.subscribers("roomcast:crash:room:r1") == 2 }
         #expect(bob.receiveFrame()?.wire == alice)
-        run(a, 0.3)  // heard on the daemons channel: a is a daemon that can go silent
+        let au = UserInfo(level: 1, name: "alice", iconURL: "a", room: "r1")
+        for i in 0..<3 { HandOverTests.send(x.peer, Wire.text(au, "before \(i)")) }
+        Self.run(a, 5) { a.server.cluster!.published >= 4 && a.server.cluster!.publisher.pendingOutput == 0 }
+        #expect(bob.receiveFrames(3).map(\.wire) == (0..<3).map { Wire.text(au, "before \($0)") })
+        try bob.send(Wire.text(bu, "to alice"))
+        #expect(bob.receiveFrame()?.wire == Wire.text(bu, "to alice"))
+        Self.run(a, 5) { a.server.cluster!.received >= 1 }
+        Self.run(a, 0.3)  // heard on the daemons channel: a is a daemon that can go silent
         let oldOrigin = a.server.cluster!.origin
 
-        // The crash: A is never ticked again (its heartbeats stop); B takes its live box and log.
+        // The crash: A is never ticked again and its Redis connections close
+        // (the kernel closes a killed process's sockets); B takes its live box and log.
+        a.server.cluster!.publisher.close()
+        a.server.cluster!.subscriber.close()
+        try Self.sendWhileAway(redis, channel: "roomcast:crash:room:r1", bob, [Wire.text(bu, "gap 1"), Wire.text(bu, "gap 2"), Wire.text(bu, "gap 3")])
         a.notify.update()
         let b = try HandOverTests.Node(sections, clock: clock, stored: a.notify.passed)
-        #expect(b.server.cluster!.origin != oldOrigin)
-        #expect(b.server.cluster!.connected, "restored rooms subscribed before READY=1 after a crash too")
-        run(b, 2.5)
-        #expect(bob.receiveFrames(2, timeout: .milliseconds(500)).map(\.wire) == [alice], "alice's join again, and no leave")
-        #expect(other.stderr.wait(forLineWith: ["cluster: daemon \(ClusterEnvelope.hex(oldOrigin)) was not heard for 1s; 0 leaves"]),
-                "\(other.stderr.current.suffix(1500))")
+        let link = try #require(b.server.cluster)
+        #expect(link.origin == oldOrigin, "the same daemon to the others after a crash")
+        #expect(link.connected, "restored rooms subscribed before READY=1 after a crash too")
+        #expect(!b.log.contains("announced"), "no join again: the others still have alice under this origin")
+        // Alice's next frame goes on in her room's stream: the other daemon
+        // delivers it (a stream behind what it saw would be dropped as late).
+        HandOverTests.send(x.peer, Wire.text(au, "after"))
+        Self.run(b, 5) { link.published >= 1 && link.publisher.pendingOutput == 0 }
+        #expect(bob.receiveFrame()?.wire == Wire.text(au, "after"), "delivered by the other daemon")
+        try bob.send(Wire.text(bu, "after"))
+        #expect(bob.receiveFrame()?.wire == Wire.text(bu, "after"))
+        Self.run(b, 5) { link.received >= 1 }
+        #expect(link.gaps == 3, "the 3 frames bob sent during the crash are counted: \(link.gaps)")
+        // Longer than cluster.timeout: B's heartbeats keep the origin alive at the other daemon.
+        Self.run(b, 3.5)
+        #expect(bob.receiveFrames(1, timeout: .milliseconds(300)).isEmpty, "no join again, no leave for alice")
+        #expect(other.stderr.line(with: ["was not heard"]) == nil, "\(other.stderr.current.suffix(1500))")
+        #expect(other.stderr.line(with: ["cluster_gap"]) == nil, "nothing A sent was lost: \(other.stderr.current.suffix(1500))")
         close(x.peer)
     }
 }
