@@ -101,6 +101,8 @@ struct HandOverWebSocketTests {
         let jDecoder = a.server.table.slots[j.id]!.webSocket!.decoder
         let jHeartbeat = a.server.heartbeats.remaining(j.id, .webSocket, nowMs: clock.nowMs).heartbeat
         let owed = a.server.table.fanout.outboxes[w.id].pending
+        let uLeft = a.server.heartbeats.upgradeRemaining(u.id, nowMs: clock.nowMs)
+        #expect(uLeft == 1_000, "U's upgrade began 4 s ago: 1 s of its 5 s is left")
 
         let b = try T.handOver(a, sections: sections)
         let s = b.server
@@ -113,6 +115,7 @@ struct HandOverWebSocketTests {
         #expect(s.table.slots[id(j)]!.webSocket!.decoder == jDecoder, "J's decoder: the message so far and its UTF-8 state")
         #expect(s.table.slots[id(u)]!.webSocket!.isOpen == false && s.table.slots[id(u)]!.input == Array(request[0..<40]))
         #expect(s.heartbeats.remaining(id(j), .webSocket, nowMs: clock.nowMs).heartbeat == jHeartbeat)
+        #expect(s.heartbeats.upgradeRemaining(id(u), nowMs: clock.nowMs) == uLeft, "U's upgrade deadline is as far as when A stopped")
         #expect(s.table.fanout.outboxes[id(w)].pending == owed)
 
         // J completes its message: X gets it whole, in LTB, and J its JSON form.
