@@ -759,7 +759,60 @@ def test_websocket_socket(t, stage):
         msg = {"error": str(e)}
     t.check("an LTB text reaches the WebSocket client as msg",
             msg == {"cmd": "msg", "from": "alice", "content": "hi browser"}, str(msg))
+    websocket_restart(t, wport, w, buf, ltb)
     disable_socket(t, "roomcastd-websocket.socket", "websocket", w, ltb)
+
+
+def websocket_restart(t, wport, w, buf, ltb):
+    """systemctl restart keeps WebSocket clients (docs/protocol.md §15): an
+    independent client (Python's websockets) stays connected, with no close,
+    and a message the raw client `w` sends half before and half after the
+    restart reaches the LTB client whole."""
+    from websockets.sync.client import connect
+    from websockets.exceptions import ConnectionClosed
+    with connect(f"ws://127.0.0.1:{wport}/", subprotocols=["roomcast.ltb.v1"], open_timeout=5, ping_interval=None) as ws:
+        join = user_info("bob")
+        ws.send(struct.pack("<IH", len(join), JOIN) + join)
+        got = None
+        try:
+            got = ws.recv(timeout=5)
+        except (TimeoutError, ConnectionClosed) as e:
+            got = repr(e)
+        t.check("a websockets client on roomcast.ltb.v1 gets its own join back as one binary message",
+                isinstance(got, bytes) and struct.unpack("<H", got[4:6])[0] == 0, repr(got)[:200])
+        # Half a text message (JSON dialect) from the raw client, then the restart.
+        message = ws_frame(1, json.dumps({"cmd": "msg", "content": "across the restart"}).encode())
+        w.sendall(message[:9])
+        since = cursor()
+        p = run("systemctl", "restart", UNIT, check=False)
+        t.check("systemctl restart with WebSocket clients connected", p.returncode == 0, p.stderr.strip())
+        restored = eventually(lambda: find(journal(after=since), "restored "))
+        t.check("the new process restored the WebSocket connections", any("restored 3 connections" in r.get("MESSAGE", "") for r in restored),
+                str([r.get("MESSAGE") for r in restored]))
+        w.sendall(message[9:])
+        text = None
+        try:
+            while True:
+                frame_type, body = ltb.recv()
+                if frame_type == TEXT and b"across the restart" in body:
+                    text = body
+                    break
+        except (EOFError, OSError) as e:
+            text = repr(e).encode()
+        t.check("the WebSocket message split across the restart reaches the LTB client whole",
+                text is not None and b"across the restart" in text, repr(text)[:200])
+        got = None
+        try:
+            while True:
+                got = ws.recv(timeout=5)
+                if isinstance(got, bytes) and struct.unpack("<H", got[4:6])[0] == TEXT and b"across the restart" in got:
+                    break
+        except (TimeoutError, ConnectionClosed) as e:
+            got = repr(e)
+        t.check("the websockets client is still connected after the restart (no close) and gets the text",
+                isinstance(got, bytes) and b"across the restart" in got, repr(got)[:200])
+        pong = ws.ping(b"after")
+        t.check("it answers a ping after the restart", pong.wait(5), "no pong within 5 s")
 
 
 HANDOVER_CLIENTS, HANDOVER_ROOMS, HANDOVER_RATE = 1000, 10, 0.2

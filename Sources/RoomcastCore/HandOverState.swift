@@ -12,6 +12,10 @@
 ///              tag 1: the globals (nested records, `GlobalTag`)
 ///              tag 2: one connection (nested records, `FieldTag`)
 ///              tag 3: the cluster link (nested records, `ClusterTag`), if any
+///              tag 4: one WebSocket connection (the fields of tag 2 and
+///                     its `FieldTag.webSocket` record), a tag of its own so
+///                     that a reader before it skips it (and closes or serves
+///                     afresh the descriptor, instead of speaking LTB to it)
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -84,6 +88,32 @@ public struct HandOverState: Equatable, Sendable {
     public enum Dialect: UInt8, Sendable {
         case ltb = 0
         case json = 1
+        /// RFC 6455 (docs/protocol.md §15); its records carry `Record.webSocket`.
+        case webSocket = 2
+    }
+
+    /// A WebSocket connection's protocol state (docs/protocol.md §15, RFC
+    /// 6455), so that it goes on byte-exactly: its unconsumed bytes (a
+    /// partial request head, or the start of a frame) are the record's
+    /// `input`, the rest of a frame it was sent part of heads its `output`.
+    public struct WebSocket: Equatable, Sendable {
+        /// Upgraded (frames both ways); false: the HTTP upgrade request is
+        /// still arriving, its bytes so far in `input`.
+        public var upgraded = false
+        /// The subprotocol spoken once upgraded.
+        public var subprotocol: WebSocketSubprotocol = .json
+        /// Connected to `/echo` (`[websocket] echo`): in no room.
+        public var echo = false
+        /// The frame decoder's state: a fragmented message so far, its
+        /// UTF-8 state, how much of an incomplete text frame was checked.
+        public var decoder = WebSocketDecoder.Carried()
+        /// Time left for the upgrade to complete, in ms (5 s from accept);
+        /// nil once upgraded.
+        public var upgradeRemainingMs: UInt32? = nil
+        /// Time until the server's next ping (`[websocket] ping_interval`),
+        /// in ms; nil: unknown (the next process pings when it starts).
+        public var nextPingMs: UInt32? = nil
+        public init() {}
     }
 
     /// Everything carried over for one connection. Times are durations
@@ -130,6 +160,10 @@ public struct HandOverState: Equatable, Sendable {
         /// docs/protocol.md §13), nil: none. The next process recomputes the
         /// expiry from `exp`; the token itself is never kept.
         public var authClaims: TokenClaims? = nil
+        /// A WebSocket connection's protocol state (`dialect` is
+        /// `.webSocket`); nil for the other dialects. Absent before it was
+        /// added: such writers closed their WebSocket connections instead.
+        public var webSocket: WebSocket? = nil
 
         public init(key: UInt64) { self.key = key }
     }
@@ -145,6 +179,7 @@ public struct HandOverState: Equatable, Sendable {
         case globals = 1
         case connection = 2
         case cluster = 3
+        case webSocketConnection = 4
     }
 
     enum ClusterTag: UInt16 {
@@ -162,6 +197,14 @@ public struct HandOverState: Equatable, Sendable {
         case connectionCount = 3
         case boxName = 4
         case socketOptions = 5
+        /// The number of WebSocket connection records (tag 4), a cross-check;
+        /// far from the sequence above, so that tags other changes add there cannot collide.
+        case webSocketCount = 0x5701
+    }
+
+    enum WebSocketTag: UInt16 {
+        case upgraded = 1, subprotocol, echo, messageOpcode, message, utf8, checkedOfPartialFrame, partialUTF8
+        case upgradeRemainingMs, nextPingMs
     }
 
     enum FieldTag: UInt16 {
@@ -170,6 +213,8 @@ public struct HandOverState: Equatable, Sendable {
         case tornBytes = 15, softLimitElapsedMs = 16
         /// Signed joins: far from the sequence above, so fields other changes add there cannot collide with it.
         case authClaims = 0x4101
+        /// A WebSocket connection's state (nested records, `WebSocketTag`).
+        case webSocket = 0x5701
 
         /// More than the number of fields (tags need not be dense).
         static let allCount = 32
@@ -203,9 +248,10 @@ public struct HandOverState: Equatable, Sendable {
     /// these sizes (in bytes), so that a writer can keep a state under what
     /// its reader accepts before it encodes anything.
     public static func recordBytesBound(address: Int, room: Int, identity: Int, nickname: Int, input: Int, output: Int,
-                                        claims: Int = 0) -> Int {
+                                        claims: Int = 0, webSocketMessage: Int = 0) -> Int {
         // 6 per record header, 8 per integer, every field present.
         6 + FieldTag.allCount * 14 + address + room + identity + nickname + input + output + claims
+            + (webSocketMessage > 0 ? 6 + 16 * 14 + webSocketMessage : 0)
     }
 
     /// At least the bytes `encode` writes for the cluster record `c`: its
@@ -232,12 +278,14 @@ public struct HandOverState: Equatable, Sendable {
         w.nested(RecordTag.globals.rawValue) { w in
             w.u64(GlobalTag.stoppedReadingMs.rawValue, stoppedReadingMs)
             w.bytes(GlobalTag.writer.rawValue, writer.utf8)
-            w.u32(GlobalTag.connectionCount.rawValue, UInt32(connections.count))
+            let webSockets = connections.reduce(0) { $0 + ($1.webSocket == nil ? 0 : 1) }
+            w.u32(GlobalTag.connectionCount.rawValue, UInt32(connections.count - webSockets))
+            if webSockets > 0 { w.u32(GlobalTag.webSocketCount.rawValue, UInt32(webSockets)) }
             w.bytes(GlobalTag.boxName.rawValue, boxName.utf8)
             w.bytes(GlobalTag.socketOptions.rawValue, socketOptions.utf8)
         }
         for c in connections {
-            w.nested(RecordTag.connection.rawValue) { w in
+            w.nested(c.webSocket == nil ? RecordTag.connection.rawValue : RecordTag.webSocketConnection.rawValue) { w in
                 w.u64(FieldTag.key.rawValue, c.key)
                 w.u8(FieldTag.dialect.rawValue, c.dialect.rawValue)
                 w.bytes(FieldTag.peerAddress.rawValue, c.peerAddress.utf8)
@@ -255,6 +303,7 @@ public struct HandOverState: Equatable, Sendable {
                 if c.tornBytes > 0 { w.u64(FieldTag.tornBytes.rawValue, c.tornBytes) }
                 if let ms = c.softLimitElapsedMs { w.u32(FieldTag.softLimitElapsedMs.rawValue, ms) }
                 if let claims = c.authClaims { w.bytes(FieldTag.authClaims.rawValue, claims.json) }
+                if let ws = c.webSocket { w.nested(FieldTag.webSocket.rawValue) { w in Self.encode(ws, &w) } }
             }
         }
         if let cluster {
@@ -283,6 +332,22 @@ public struct HandOverState: Equatable, Sendable {
         w.patch(at: 8, UInt64(payloadBytes))
         w.patch(at: 16, crc)
         return w.bytes
+    }
+
+    private static func encode(_ ws: WebSocket, _ w: inout Writer) {
+        w.u8(WebSocketTag.upgraded.rawValue, ws.upgraded ? 1 : 0)
+        w.bytes(WebSocketTag.subprotocol.rawValue, ws.subprotocol.rawValue.utf8)
+        if ws.echo { w.u8(WebSocketTag.echo.rawValue, 1) }
+        let d = ws.decoder
+        if let op = d.messageOpcode { w.u8(WebSocketTag.messageOpcode.rawValue, op.rawValue) }
+        if !d.message.isEmpty { w.bytes(WebSocketTag.message.rawValue, d.message) }
+        w.bytes(WebSocketTag.utf8.rawValue, d.utf8.packed)
+        if d.checkedOfPartialFrame > 0 {
+            w.u64(WebSocketTag.checkedOfPartialFrame.rawValue, UInt64(d.checkedOfPartialFrame))
+            w.bytes(WebSocketTag.partialUTF8.rawValue, d.partialUTF8.packed)
+        }
+        if let ms = ws.upgradeRemainingMs { w.u32(WebSocketTag.upgradeRemainingMs.rawValue, ms) }
+        if let ms = ws.nextPingMs { w.u32(WebSocketTag.nextPingMs.rawValue, ms) }
     }
 
     // MARK: - Decoding
@@ -321,6 +386,8 @@ public struct HandOverState: Equatable, Sendable {
     private static func decodeV1(_ payload: UnsafeRawBufferPointer) throws(DecodeError) -> HandOverState {
         var state = HandOverState()
         var expectedCount: UInt32?
+        var expectedWebSockets: UInt32 = 0
+        var webSockets = 0
         var reader = Reader(payload)
         while let (tag, value) = try reader.next() {
             switch RecordTag(rawValue: tag) {
@@ -333,6 +400,7 @@ public struct HandOverState: Equatable, Sendable {
                     case .connectionCount: expectedCount = try Reader.u32(v, "connection count")
                     case .boxName: state.boxName = try Reader.text(v, "box name")
                     case .socketOptions: state.socketOptions = try Reader.text(v, "socket options")
+                    case .webSocketCount: expectedWebSockets = try Reader.u32(v, "WebSocket connection count")
                     case nil: break
                     }
                 }
@@ -340,12 +408,20 @@ public struct HandOverState: Equatable, Sendable {
                 state.connections.append(try decodeRecord(value))
             case .cluster:
                 state.cluster = try decodeCluster(value)
+            case .webSocketConnection:
+                let r = try decodeRecord(value)
+                guard r.dialect == .webSocket, r.webSocket != nil else { throw .damaged("a WebSocket connection record without its WebSocket state") }
+                state.connections.append(r)
+                webSockets += 1
             case nil:
                 break
             }
         }
-        if let expectedCount, expectedCount != UInt32(clamping: state.connections.count) {
-            throw .damaged("\(state.connections.count) connection records, the globals say \(expectedCount)")
+        if let expectedCount, expectedCount != UInt32(clamping: state.connections.count - webSockets) {
+            throw .damaged("\(state.connections.count - webSockets) connection records, the globals say \(expectedCount)")
+        }
+        if expectedWebSockets != UInt32(clamping: webSockets) {
+            throw .damaged("\(webSockets) WebSocket connection records, the globals say \(expectedWebSockets)")
         }
         return state
     }
@@ -415,13 +491,50 @@ public struct HandOverState: Equatable, Sendable {
             case .softLimitElapsedMs: r.softLimitElapsedMs = try Reader.u32(v, "time over output_soft_bytes")
             case .authClaims:
                 do { r.authClaims = try TokenClaims(json: Array(v)) } catch { throw .damaged("verified claims: \(error)") }
+            case .webSocket: r.webSocket = try decodeWebSocket(v)
             case nil: break
             }
         }
         guard let key else { throw .damaged("a connection record without its key") }
         guard r.tornBytes <= UInt64(r.output.count) else { throw .damaged("\(r.tornBytes) torn bytes in \(r.output.count) bytes of owed output") }
+        guard (r.webSocket == nil) == (r.dialect != .webSocket) else { throw .damaged("a \(r.dialect) connection record with\(r.webSocket == nil ? "out" : "") WebSocket state") }
+        if let d = r.webSocket?.decoder, d.checkedOfPartialFrame > r.input.count {
+            throw .damaged("\(d.checkedOfPartialFrame) bytes of a WebSocket frame checked, \(r.input.count) unconsumed")
+        }
         r.key = key
         return r
+    }
+
+    private static func decodeWebSocket(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> WebSocket {
+        var ws = WebSocket()
+        var reader = Reader(bytes)
+        func utf8(_ v: UnsafeRawBufferPointer) throws(DecodeError) -> UTF8Validator {
+            guard let u = UTF8Validator(packed: Array(v)) else { throw .damaged("WebSocket UTF-8 state \(Array(v))") }
+            return u
+        }
+        while let (tag, v) = try reader.next() {
+            switch WebSocketTag(rawValue: tag) {
+            case .upgraded: ws.upgraded = try Reader.u8(v, "WebSocket upgraded") != 0
+            case .subprotocol:
+                let name = try Reader.text(v, "WebSocket subprotocol")
+                guard let p = WebSocketSubprotocol(rawValue: name) else { throw .damaged("unknown WebSocket subprotocol '\(name)'") }
+                ws.subprotocol = p
+            case .echo: ws.echo = try Reader.u8(v, "WebSocket echo") != 0
+            case .messageOpcode:
+                let op = WebSocketOpcode(rawValue: try Reader.u8(v, "WebSocket message opcode"))
+                guard op == .text || op == .binary else { throw .damaged("a fragmented WebSocket message of opcode \(v.first ?? 0)") }
+                ws.decoder.messageOpcode = op
+            case .message: ws.decoder.message = Array(v)
+            case .utf8: ws.decoder.utf8 = try utf8(v)
+            case .checkedOfPartialFrame: ws.decoder.checkedOfPartialFrame = Int(clamping: try Reader.u64(v, "WebSocket checked bytes"))
+            case .partialUTF8: ws.decoder.partialUTF8 = try utf8(v)
+            case .upgradeRemainingMs: ws.upgradeRemainingMs = try Reader.u32(v, "WebSocket upgrade time remaining")
+            case .nextPingMs: ws.nextPingMs = try Reader.u32(v, "WebSocket time to the next ping")
+            case nil: break
+            }
+        }
+        if ws.decoder.messageOpcode == nil && !ws.decoder.message.isEmpty { throw .damaged("a WebSocket message without its opcode") }
+        return ws
     }
 }
 

@@ -247,32 +247,6 @@ struct HandOverTests {
         [y, z, w].forEach { close($0.peer) }
     }
 
-    @Test("a restart closes WebSocket connections and keeps the others and the WebSocket listener")
-    func webSocketConnectionsCloseAtARestart() throws {
-        let clock = ManualClock()
-        let sections = Self.config + "[websocket]\nlisten = 127.0.0.1:\(try freeLoopbackPort())\n"
-        let a = try Node(sections, clock: clock)
-        let listener = try #require(a.server.listeners.all.first { $0.dialect == .webSocket }?.address)
-        let x = a.connect()
-        var sv: [Int32] = [-1, -1]
-        _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0, &sv)
-        _ = try #require(a.server.open(fd: sv[0], dialect: .webSocket, address: "peer-ws", now: clock.nowMs))
-        Self.send(sv[1], Array(("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
-        try a.tick()
-        #expect(String(decoding: Self.drain(sv[1]) ?? [], as: UTF8.self).hasPrefix("HTTP/1.1 101 "))
-        Self.send(x.peer, Self.join("alice", room: "lobby"))
-        try a.tick()
-        #expect(Self.drain(sv[1])?.isEmpty == false, "the WebSocket client is in the room")
-        _ = Self.drain(x.peer)
-        let b = try Self.handOver(a, sections: sections)
-        #expect(b.server.table.count == 1 && b.server.relay.name(of: b.server.table.ids[0]) == "alice")
-        #expect(b.server.listeners.all.contains { $0.dialect == .webSocket && $0.address == listener },
-                "the WebSocket listener came back from the fd store, on the same port")
-        #expect(Self.drain(sv[1]) == nil, "the WebSocket client sees the close (EOF) at once")
-        [x.peer, sv[1]].forEach { close($0) }
-    }
-
     @Test("a damaged or unknown state: the connections are served with what the live log has, else fresh state; never dropped")
     func damagedStateKeepsTheConnections() throws {
         for (damage, keepLiveLog) in [("damaged", true), ("version", true), ("damaged", false), ("version", false)] {

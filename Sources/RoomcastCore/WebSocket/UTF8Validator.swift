@@ -17,6 +17,17 @@ public struct UTF8Validator: Equatable, Sendable {
 
     public init() {}
 
+    /// The state as 3 bytes (continuation bytes owed, then the low and high
+    /// bound of the next one), for a restart (`HandOverState`).
+    public var packed: [UInt8] { [owed, low, high] }
+
+    /// A state from ``packed``; nil when the bytes are not a state the
+    /// validator can be in (owed above 3, bounds outside 0x80 ... 0xBF).
+    public init?(packed: [UInt8]) {
+        guard packed.count == 3, packed[0] <= 3, packed[1] >= 0x80, packed[1] <= packed[2], packed[2] <= 0xBF else { return nil }
+        (owed, low, high) = (packed[0], packed[1], packed[2])
+    }
+
     /// Whether the bytes fed so far end on a character boundary (a complete
     /// text message must).
     public var isComplete: Bool { owed == 0 }

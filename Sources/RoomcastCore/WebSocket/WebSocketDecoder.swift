@@ -45,6 +45,48 @@ public struct WebSocketDecoder: Equatable, Sendable {
         self.maxMessageBytes = maxMessageBytes
     }
 
+    /// Everything the decoder keeps but its bound, which the next process's
+    /// config gives: what a restart carries (`HandOverState`), beside the
+    /// connection's unconsumed bytes.
+    public struct Carried: Equatable, Sendable {
+        /// The opcode (text or binary) of a fragmented message in progress; nil: none.
+        public var messageOpcode: WebSocketOpcode?
+        /// That message's payload so far, in bytes.
+        public var message: [UInt8]
+        /// UTF-8 state after the message's complete fragments.
+        public var utf8: UTF8Validator
+        /// Payload bytes of the incomplete text frame already checked, and
+        /// the UTF-8 state after them.
+        public var checkedOfPartialFrame: Int
+        public var partialUTF8: UTF8Validator
+
+        public init(messageOpcode: WebSocketOpcode? = nil, message: [UInt8] = [], utf8: UTF8Validator = UTF8Validator(),
+                    checkedOfPartialFrame: Int = 0, partialUTF8: UTF8Validator = UTF8Validator()) {
+            self.messageOpcode = messageOpcode
+            self.message = message
+            self.utf8 = utf8
+            self.checkedOfPartialFrame = checkedOfPartialFrame
+            self.partialUTF8 = partialUTF8
+        }
+    }
+
+    /// The state to carry across a restart.
+    public var carried: Carried {
+        Carried(messageOpcode: messageOpcode, message: message, utf8: utf8, checkedOfPartialFrame: checkedOfPartialFrame, partialUTF8: partialUTF8)
+    }
+
+    /// A decoder that goes on from `carried` (the previous process's
+    /// ``carried``), presented the same unconsumed bytes. A message already
+    /// over a lowered `maxMessageBytes` fails (1009) at its next fragment.
+    public init(maxMessageBytes: Int, carried: Carried) {
+        self.maxMessageBytes = maxMessageBytes
+        messageOpcode = carried.messageOpcode
+        message = carried.message
+        utf8 = carried.utf8
+        checkedOfPartialFrame = carried.checkedOfPartialFrame
+        partialUTF8 = carried.partialUTF8
+    }
+
     /// What one whole frame amounted to.
     public enum Event: Equatable, Sendable {
         /// A whole message: an unfragmented frame, or the final fragment.

@@ -149,12 +149,8 @@ extension Server {
         handOver.pending = false
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
-        // WebSocket connections are not handed over yet: they close at a restart
-        // (the hand-over state has no place for a subprotocol or a decoder's
-        // state), now, so their clients see the close at once (docs/protocol.md §15).
-        for id in table.ids where table.slots[id]!.dialect == .webSocket { Sys.shutdownBoth(table.slots[id]!.fd) }
         let carried = cluster?.carry()
-        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing && table.slots[$0]!.dialect != .webSocket },
+        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
                                 besides: carried.map(HandOverState.clusterBytesBound) ?? 0)
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
@@ -252,7 +248,8 @@ extension Server {
             return HandOverState.recordBytesBound(address: c.address.utf8.count, room: relay.roomName(of: id)?.bytes.count ?? 0,
                                                   identity: relay.identity(of: id)?.count ?? 0, nickname: c.nickname?.utf8.count ?? 0,
                                                   input: c.input.count, output: table.fanout.outboxes[id].queue.count,
-                                                  claims: c.auth?.claims.json.count ?? 0)
+                                                  claims: c.auth?.claims.json.count ?? 0,
+                                                  webSocketMessage: c.webSocket.map { 1 + $0.decoder.message.count } ?? 0)
         }
         let limit = handOver.maxStateBytes - besides
             - HandOverState.globalsBytesBound(writer: roomcastVersion.utf8.count + 64 + socketOptions.utf8.count)
@@ -281,7 +278,7 @@ extension Server {
     func record(of id: Int, nowMs now: UInt64) -> HandOverState.Record {
         let c = table.slots[id]!
         var r = HandOverState.Record(key: UInt64(id))
-        r.dialect = c.dialect == .json ? .json : .ltb
+        r.dialect = switch c.dialect { case .json: .json; case .webSocket: .webSocket; case .ltb: .ltb }
         r.peerAddress = c.address
         r.room = relay.roomName(of: id)
         r.identity = relay.identity(of: id)
@@ -298,6 +295,16 @@ extension Server {
         r.byteMilliTokens = c.byteBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
         r.draining = table.state(id) == .draining
         r.authClaims = c.auth?.claims
+        if let session = c.webSocket {
+            var ws = HandOverState.WebSocket()
+            ws.upgraded = session.isOpen
+            ws.subprotocol = session.subprotocol
+            ws.echo = session.echo
+            ws.decoder = session.decoder.carried
+            ws.upgradeRemainingMs = session.isOpen ? nil : heartbeats.upgradeRemaining(id, nowMs: now)
+            ws.nextPingMs = UInt32(clamping: nextWebSocketPingMs > now ? nextWebSocketPingMs - now : 0)
+            r.webSocket = ws
+        }
         return r
     }
 
@@ -425,6 +432,20 @@ extension Heartbeats {
             return UInt32(clamping: deadline > nowMs ? deadline - nowMs : 0)
         }
         return (left(dialect == .json ? json : ltb), dialect == .json ? left(jsonPartial) : nil)
+    }
+
+    /// The time a WebSocket upgrade of `id` has left, in ms; nil: not upgrading.
+    func upgradeRemaining(_ id: Int, nowMs: UInt64) -> UInt32? {
+        guard let last = webSocketUpgrade.lastActive(of: id) else { return nil }
+        let deadline = last &+ webSocketUpgrade.timeoutMs
+        return UInt32(clamping: deadline > nowMs ? deadline - nowMs : 0)
+    }
+
+    /// A handed-over WebSocket connection that was still upgrading: its
+    /// upgrade deadline is `remainingMs` from now.
+    mutating func restoreUpgrade(_ id: Int, remainingMs: UInt32, nowMs: UInt64) {
+        let deadline = nowMs &+ UInt64(remainingMs)
+        webSocketUpgrade.track(id, nowMs: deadline > webSocketUpgrade.timeoutMs ? deadline - webSocketUpgrade.timeoutMs : 0)
     }
 
     /// A handed-over connection, which `Server.open` tracked from now: its

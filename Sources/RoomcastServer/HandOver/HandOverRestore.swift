@@ -131,14 +131,18 @@ extension Server {
     /// - Returns: its new id, or nil when it could not be watched (closed).
     @discardableResult
     func restoreConnection(fd: Int32, _ r: HandOverState.Record?, now: UInt64, configure: Bool = true) -> Int? {
-        let dialect: Dialect = r.map { $0.dialect == .json ? .json : .ltb } ?? dialectOfListener(for: fd)
+        let dialect: Dialect = r.map { switch $0.dialect { case .json: .json; case .webSocket: .webSocket; case .ltb: .ltb } }
+            ?? dialectOfListener(for: fd)
         let address = r?.peerAddress ?? SocketAddress.of(fd, peer: true)?.text ?? "?"
         // Options live on the socket and travelled with it: set again only
         // when the config changed them across the restart.
         if configure { Socket.configureClient(fd, dialect: dialect, config: config) }
         guard let id = open(fd: fd, dialect: dialect, address: address, now: now) else { return nil }
         guard let r else { return id }
-        relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations))
+        if let ws = r.webSocket { restoreWebSocket(id, ws, now: now) }
+        if r.webSocket.map({ $0.upgraded && !$0.echo }) ?? true {
+            relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations))
+        }
         table.slots[id]!.nickname = r.nickname
         table.slots[id]!.input = r.input
         if let claims = r.authClaims { restoreSession(id, claims, now: now) }
@@ -169,6 +173,31 @@ extension Server {
             if r.output.isEmpty { table.close(id, "closed by peer") } else { startDraining(id, now: now) }
         }
         return id
+    }
+
+    /// A WebSocket connection's protocol state back (docs/protocol.md §15):
+    /// the phase, subprotocol and decoder it had, so that its unconsumed
+    /// bytes (`input`) go on where they were; once upgraded, its silence is
+    /// counted as before the restart (`Heartbeats.restore`), and pings go on
+    /// at the interval they kept.
+    private func restoreWebSocket(_ id: Int, _ ws: HandOverState.WebSocket, now: UInt64) {
+        table.slots[id]!.webSocket = WebSocketSession(
+            phase: ws.upgraded ? .open : .upgrading(HTTPRequestParser()),  // a fresh parser rescans the same bytes
+            subprotocol: ws.subprotocol, echo: ws.echo,
+            decoder: WebSocketDecoder(maxMessageBytes: config.webSocket.maxMessageBytes, carried: ws.decoder))
+        if ws.upgraded {
+            heartbeats.untrack(id)  // `open` counted an upgrade from now
+            if !ws.echo {
+                table.fanout.outboxes[id].webSocketForm = ws.subprotocol
+                relay.connect(id)  // `open` leaves an upgrading connection out of the relay; `relay.restore` puts it in its room
+            }
+        } else if let ms = ws.upgradeRemainingMs {
+            heartbeats.restoreUpgrade(id, remainingMs: ms, nowMs: now)
+        }
+        if let ms = ws.nextPingMs {
+            let due = now + UInt64(ms)
+            nextWebSocketPingMs = nextWebSocketPingMs > now ? min(nextWebSocketPingMs, due) : due
+        }
     }
 
     /// The dialect of the listener a connection came through (by local

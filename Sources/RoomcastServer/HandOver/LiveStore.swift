@@ -172,7 +172,8 @@ extension Server {
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true
         cluster?.tracker.tracksChanges = true
-        for id in table.ids { assignSerial(id) }
+        // Handed-over WebSocket connections stay out, as `liveOpened` keeps new ones out.
+        for id in table.ids where table.slots[id]!.dialect != .webSocket { assignSerial(id) }
         rebuildLiveLog()
         rebuildLiveBox()
     }
