@@ -1,5 +1,5 @@
 @preconcurrency import Glibc
-import COpenSSL
+@preconcurrency import COpenSSL
 import RoomcastCore
 import RoomcastCrypto
 import RoomcastServer
