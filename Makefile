@@ -21,6 +21,9 @@
 #   make bench-restart 10,000 chatting clients across a restart and a SIGKILL in the same
 #                     container: the gap and PID 1's CPU (bench/restart.py); needs root
 #   make fuzz         run each libFuzzer target for FUZZ_SECONDS (default 60)
+#   make test-autobahn Autobahn|Testsuite's fuzzing client against a release roomcastd's
+#                     /echo (sections AUTOBAHN_CASES); every case OK, NON-STRICT or
+#                     INFORMATIONAL (tools/autobahn/run.py; needs pyenv's Python 2.7.18)
 #
 # Paths: the binaries (roomcastd, and the roomcast client) go to $(BINDIR), the man pages to $(MANDIR),
 # the units to $(UNITDIR) (PREFIX/lib/systemd/system:
@@ -81,6 +84,7 @@ ASAN_BUILD   ?= .build-asan
 SOAK_SECONDS ?= 60
 SOAK_CLIENTS ?= 2000
 
+.PHONY: test-autobahn
 .PHONY: all build deps deps-systemd deps-deb deb lint-deb run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-docs check-config man static install uninstall clean
 
 all: build
@@ -176,6 +180,17 @@ soak:
 
 check-units:
 	systemd/check-units.sh
+
+# Autobahn|Testsuite 25.10.1 runs only on Python 2.7: pyenv's 2.7.18 (or AUTOBAHN_PYTHON), a
+# loud failure without it. The pinned suite is installed once into AUTOBAHN_CACHE (pip
+# --target, ~2 min); then the core sections, 1-7 and 10, and 9 (limits and speed, messages up
+# to 16 MiB) take about 30 s. The summary goes to docs/autobahn-summary.md.
+AUTOBAHN_CASES ?= 1,2,3,4,5,6,7,9,10
+AUTOBAHN_CACHE ?= $(HOME)/.cache/roomcast/autobahn-25.10.1
+test-autobahn:
+	$(SWIFT) build -c release --product roomcastd
+	python3 tools/autobahn/run.py --roomcastd .build/release/roomcastd --cases $(AUTOBAHN_CASES) \
+	    --cache $(AUTOBAHN_CACHE) --summary docs/autobahn-summary.md
 
 # Under a real systemd 252 (root, as CI runs): the Debian root is made once and cached;
 # systemd/sandbox boots it, runs the suite and tears everything down. The suite installs
