@@ -94,6 +94,8 @@ public final class Server {
     var handOver = HandOverControl()
     /// What a crash must not lose, in systemd's fd store (LiveStore.swift).
     var live: LiveStore?
+    /// The chat page's files (`[websocket] page`, PageDirectory.swift); nil: no page.
+    var page: PageFiles?
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -101,11 +103,13 @@ public final class Server {
     ///   - clock: monotonic milliseconds; injectable for tests.
     ///   - keys: `[auth] key_file` as read at start (`Server.loadKeys`); nil: none.
     ///   - wallClock: ms since the epoch, for tokens' `exp` and `nbf`; injectable for tests.
+    ///   - page: the chat page's files as read at start (`Server.loadPage`); nil: none.
     /// - Throws: `SystemError` from epoll_create1(2).
     public init(config: Config, options: Options, systemd: Systemd, logger: Logger, signalFD: Int32,
                 clock: @escaping () -> UInt64 = monotonicMilliseconds, keys: AuthKeys? = nil,
-                wallClock: @escaping () -> Int64 = wallClockMilliseconds) throws(SystemError) {
+                wallClock: @escaping () -> Int64 = wallClockMilliseconds, page: PageFiles? = nil) throws(SystemError) {
         self.config = config
+        self.page = page
         self.wallClock = wallClock
         self.auth.keys = keys
         self.options = options
