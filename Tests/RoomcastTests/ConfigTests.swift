@@ -183,7 +183,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 48)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 49)
     }
 
     /// The operator's documentation names every key: the table of

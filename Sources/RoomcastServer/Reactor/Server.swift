@@ -229,7 +229,11 @@ public final class Server {
     /// The timers, after each wait: evictions, slow consumers, drains, the
     /// accept retry, the watchdog, STATUS, stats and the buffer sweep.
     private func runTimers(now: UInt64) {
-        heartbeats.expire(nowMs: now) { id, reason in evict(id, reason) }
+        // Evicted after the walk: evicting a WebSocket untracks it, which
+        // must not touch `heartbeats` while `expire` is still mutating it.
+        var expired: [(Int, String)] = []
+        heartbeats.expire(nowMs: now) { id, reason in expired.append((id, reason)) }
+        for (id, reason) in expired { evict(id, reason) }
         if auth.nextDeadline.map({ $0 <= now }) ?? false { expireTokens(now: now) }
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty { checkDrainDeadlines(now: now) }

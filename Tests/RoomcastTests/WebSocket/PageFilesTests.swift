@@ -15,14 +15,15 @@ import Testing
     func notServed(name: String) {
         #expect(PageFiles.contentType(of: name) == nil)
         var page = PageFiles()
-        #expect(!page.add(name: name, body: [1]))
+        let added = page.add(name: name, body: [1])
+        #expect(!added)
         #expect(page.paths.isEmpty)
     }
 
     @Test func indexIsAlsoTheRoot() throws {
         var page = PageFiles()
-        #expect(page.add(name: "index.html", body: Array("<p>".utf8)))
-        #expect(page.add(name: "chat.js", body: Array("x".utf8)))
+        let added = [page.add(name: "index.html", body: Array("<p>".utf8)), page.add(name: "chat.js", body: Array("x".utf8))]
+        #expect(added == [true, true])
         #expect(page.paths == ["/", "/index.html", "/chat.js"])
         let answer = String(decoding: try #require(page.response(for: "/")), as: UTF8.self)
         #expect(answer.hasPrefix("HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: 3\r\n"))
@@ -32,8 +33,11 @@ import Testing
 
     @Test func limits() {
         var page = PageFiles()
-        #expect(!page.add(name: "big.js", body: [UInt8](repeating: 0, count: PageFiles.maxFileBytes + 1)))
-        for i in 0..<PageFiles.maxFiles { #expect(page.add(name: "f\(i).js", body: [])) }
-        #expect(!page.add(name: "one-more.js", body: []))
+        let big = page.add(name: "big.js", body: [UInt8](repeating: 0, count: PageFiles.maxFileBytes + 1))
+        #expect(!big)
+        let fit = (0..<PageFiles.maxFiles).map { page.add(name: "f\($0).js", body: []) }
+        #expect(fit.allSatisfy { $0 })
+        let oneMore = page.add(name: "one-more.js", body: [])
+        #expect(!oneMore)
     }
 }
