@@ -89,6 +89,21 @@ struct WebSocketPageTests {
         #expect(try Self.get(off, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").head.hasPrefix("HTTP/1.1 426 "))
     }
 
+    @Test("SIGHUP reads the page again; a page_dir gone bad keeps the page in use (REASON=page_dir_invalid)")
+    func reload() throws {
+        let (root, web) = try Self.pageDirectory()
+        _ = root
+        let d = try Daemon(WebSocketIntegrationTests.settings.merging(["websocket.page": "yes", "websocket.page_dir": web]) { $1 })
+        try "<p>new</p>".write(toFile: web + "/index.html", atomically: false, encoding: .utf8)
+        d.child.kill(SIGHUP)
+        #expect(d.stderr.wait(for: "configuration reloaded"))
+        #expect(try Self.get(d, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").body == "<p>new</p>")
+        #expect(unlink(web + "/index.html") == 0)
+        d.child.kill(SIGHUP)
+        #expect(d.stderr.wait(for: "REASON=page_dir_invalid"))
+        #expect(try Self.get(d, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").body == "<p>new</p>", "the page in use is kept")
+    }
+
     @Test("page = yes with a page_dir that is missing or has no index.html refuses the start (exit 78), naming it")
     func badPageDirectory() throws {
         let dir = try TempDirectory()
