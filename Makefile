@@ -21,6 +21,11 @@
 #   make bench-restart 10,000 chatting clients across a restart and a SIGKILL in the same
 #                     container: the gap and PID 1's CPU (bench/restart.py); needs root
 #   make fuzz         run each libFuzzer target for FUZZ_SECONDS (default 60)
+#   make test-browser the chat page in headless Chromium (Debian's chromium, chromium-driver,
+#                     python3-selenium; deps-browser installs them): two tabs and an LTB client
+#   make test-autobahn Autobahn|Testsuite's fuzzing client against a release roomcastd's
+#                     /echo (sections AUTOBAHN_CASES); every case OK, NON-STRICT or
+#                     INFORMATIONAL (tools/autobahn/run.py; needs pyenv's Python 2.7.18)
 #
 # Paths: the binaries (roomcastd, and the roomcast client) go to $(BINDIR), the man pages to $(MANDIR),
 # the units to $(UNITDIR) (PREFIX/lib/systemd/system:
@@ -34,6 +39,10 @@ BINDIR     ?= $(PREFIX)/bin
 SYSCONFDIR ?= /etc
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 MANDIR     ?= $(PREFIX)/share/man
+# The chat page's files (web/); roomcastd's default [websocket] page_dir is share/roomcast/web
+# beside its bin/, so keep WEBDIR at $(PREFIX)/share/roomcast/web for BINDIR = $(PREFIX)/bin.
+WEBDIR     ?= $(PREFIX)/share/roomcast/web
+WEB_FILES  := index.html chat.css chat.js
 
 SWIFT      ?= swift
 # Debian packages the build and the tests need: libsystemd-dev + pkg-config for the
@@ -52,6 +61,8 @@ DEB_PACKAGES := libsystemd-dev pkg-config systemd python3 scdoc mandoc iproute2 
 # PyPI packages of the tests, as MODULE=PACKAGE: protobuf (the proto2 reference), pyjwt and
 # cryptography (tokens for the signed-join tests), websockets (an independent WebSocket client).
 PIP_PACKAGES := google.protobuf=protobuf jwt=pyjwt cryptography=cryptography websockets=websockets
+# Only for test-browser: headless Chromium, its WebDriver and Selenium, all from Debian (~380 MB).
+DEB_PACKAGES_BROWSER := chromium chromium-driver python3-selenium
 # Only for test-systemd: a Debian root to boot, and systemd-nspawn to boot it.
 DEB_PACKAGES_SYSTEMD := systemd-container debootstrap
 # The one version: Sources/RoomcastCore/Version.swift (packaging/deb/changelog
@@ -81,6 +92,7 @@ ASAN_BUILD   ?= .build-asan
 SOAK_SECONDS ?= 60
 SOAK_CLIENTS ?= 2000
 
+.PHONY: test-autobahn deps-browser test-browser
 .PHONY: all build deps deps-systemd deps-deb deb lint-deb run test test-asan test-systemd stage-systemd bench-restart soak fuzz check-units check-man check-docs check-config man static install uninstall clean
 
 all: build
@@ -136,10 +148,11 @@ deps-deb:
 
 # The build runs in the recipe, not as a prerequisite, so that `make -j` cannot start
 # it before deps are in place.
-# The shipped config (its values are the defaults) with the WebSocket listener on.
+# The shipped config (its values are the defaults) with the WebSocket listener on, serving
+# the chat page from the repository's web/ (http://127.0.0.1:9897/).
 run: deps
 	$(SWIFT) build -c release
-	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\n'; } > .build/run.conf
+	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n' "$(CURDIR)/web"; } > .build/run.conf
 	exec .build/release/roomcastd --config .build/run.conf --listen 127.0.0.1:9898
 
 # The unit-file, man-page and docs checks come first, so that the output closes on
@@ -176,6 +189,34 @@ soak:
 
 check-units:
 	systemd/check-units.sh
+
+deps-browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
+	    || ! /usr/bin/python3 -c 'import selenium' 2>/dev/null; then \
+	    echo "deps-browser: installing $(DEB_PACKAGES_BROWSER)"; \
+	    $(SUDO) apt-get update -q; \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEB_PACKAGES_BROWSER); \
+	fi
+
+# The chat page (web/) in headless Chromium driven by Selenium (Debian's python3-selenium,
+# hence /usr/bin/python3): two tabs and an LTB client converse, then a restart; the DOM, the
+# LTB frames and the tab's WebSocket frames are checked, and the screenshot is saved to
+# docs/images/browser-chat.png (tools/browser/test_browser.py; about 15 s).
+test-browser: deps-browser
+	$(SWIFT) build -c release --product roomcastd
+	/usr/bin/python3 tools/browser/test_browser.py --roomcastd .build/release/roomcastd --web web \
+	    --screenshot docs/images/browser-chat.png
+
+# Autobahn|Testsuite 25.10.1 runs only on Python 2.7: pyenv's 2.7.18 (or AUTOBAHN_PYTHON), a
+# loud failure without it. The pinned suite is installed once into AUTOBAHN_CACHE (pip
+# --target, ~2 min); then the core sections, 1-7 and 10, and 9 (limits and speed, messages up
+# to 16 MiB) take about 30 s. The summary goes to docs/autobahn-summary.md.
+AUTOBAHN_CASES ?= 1,2,3,4,5,6,7,9,10
+AUTOBAHN_CACHE ?= $(HOME)/.cache/roomcast/autobahn-25.10.1
+test-autobahn:
+	$(SWIFT) build -c release --product roomcastd
+	python3 tools/autobahn/run.py --roomcastd .build/release/roomcastd --cases $(AUTOBAHN_CASES) \
+	    --cache $(AUTOBAHN_CACHE) --summary docs/autobahn-summary.md
 
 # Under a real systemd 252 (root, as CI runs): the Debian root is made once and cached;
 # systemd/sandbox boots it, runs the suite and tears everything down. The suite installs
@@ -243,8 +284,10 @@ static:
 
 install: static man
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(SYSCONFDIR)/roomcast" \
-	           "$(DESTDIR)$(MANDIR)/man8" "$(DESTDIR)$(MANDIR)/man5" "$(DESTDIR)$(MANDIR)/man1"
+	           "$(DESTDIR)$(MANDIR)/man8" "$(DESTDIR)$(MANDIR)/man5" "$(DESTDIR)$(MANDIR)/man1" \
+	           "$(DESTDIR)$(WEBDIR)"
 	install -m 0755 .build-static/release/roomcastd "$(DESTDIR)$(BINDIR)/roomcastd"
+	install -m 0644 $(addprefix web/,$(WEB_FILES)) "$(DESTDIR)$(WEBDIR)/"
 	install -m 0755 .build-static/release/roomcast "$(DESTDIR)$(BINDIR)/roomcast"
 	install -m 0644 .build/man/roomcastd.8 "$(DESTDIR)$(MANDIR)/man8/roomcastd.8"
 	install -m 0644 .build/man/roomcastd.conf.5 "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5"
@@ -268,7 +311,9 @@ uninstall:
 	      "$(DESTDIR)$(UNITDIR)/roomcastd-websocket.socket" \
 	      "$(DESTDIR)$(MANDIR)/man8/roomcastd.8" \
 	      "$(DESTDIR)$(MANDIR)/man5/roomcastd.conf.5" \
-	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1"
+	      "$(DESTDIR)$(MANDIR)/man1/roomcast.1" \
+	      $(addprefix "$(DESTDIR)$(WEBDIR)/,$(addsuffix ",$(WEB_FILES)))
+	-rmdir "$(DESTDIR)$(WEBDIR)" "$(DESTDIR)$(dir $(WEBDIR))" 2>/dev/null
 	@echo "uninstall: left $(DESTDIR)$(SYSCONFDIR)/roomcast/roomcastd.conf in place"
 
 # The Debian package, built from `make install` into a staging tree with

@@ -50,6 +50,8 @@ PACKAGE_FILES = ([(f"usr/bin/{b}", f"usr/local/bin/{b}") for b in ("roomcastd", 
                  + [(f"lib/systemd/system/{u}", f"usr/local/lib/systemd/system/{u}") for u in UNITS]
                  + [(f"usr/share/man/{m}.gz", f"usr/local/share/man/{m}")
                     for m in ("man8/roomcastd.8", "man5/roomcastd.conf.5", "man1/roomcast.1")]
+                 + [(f"usr/share/roomcast/web/{w}", f"usr/local/share/roomcast/web/{w}")
+                    for w in ("index.html", "chat.css", "chat.js")]
                  + [("etc/roomcast/roomcastd.conf", "etc/roomcast/roomcastd.conf")])
 WATCHDOG_SEC = 2
 # From the installed unit.

@@ -183,7 +183,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 48)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 49)
     }
 
     /// The operator's documentation names every key: the table of
@@ -246,6 +246,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             ping_interval = 10s
             echo = yes
             page = yes
+            page_dir = /srv/roomcast/web
             [cluster]
             redis = [::1]:6380
             name = eu-west.1
@@ -272,7 +273,8 @@ private func tempFile(_ bytes: [UInt8]) -> String {
                         maxFrameBytes: 4096, heartbeatTimeoutMs: 45_000, tcpKeepaliveMs: 120_000),
             webSocket: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9897, isIPv6: false)],
                              allowedOrigins: ["https://example.com", "http://127.0.0.1:8080"],
-                             maxMessageBytes: 1 << 20, pingIntervalMs: 10_000, echo: true, page: true),
+                             maxMessageBytes: 1 << 20, pingIntervalMs: 10_000, echo: true, page: true,
+                             pageDir: "/srv/roomcast/web"),
             cluster: .init(redis: .tcp(host: "::1", port: 6380, isIPv6: true), name: "eu-west.1", timeoutMs: 500,
                            maxOutputBytes: 1 << 20),
             auth: .init(keyFile: "/etc/roomcast/keys", required: true, anonymous: .read, viewerMay: [2, 3, 42]))
@@ -409,6 +411,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[websocket]\nmax_message_bytes = 100", 2, "websocket.max_message_bytes: '100' is out of range"),
         ("[websocket]\nping_interval = 500ms", 2, "websocket.ping_interval: '500ms' is out of range"),
         ("[websocket]\necho = maybe", 2, "is not a boolean"),
+        ("[websocket]\npage_dir = web", 2, "websocket.page_dir: 'web' is not an absolute path"),
         ("[json]\nmax_frame_bytes = 0", 2, "json.max_frame_bytes: '0' is out of range"),
         ("[json]\nheartbeat_timeout = 50ms", 2, "heartbeat.tick (100ms) must be less than json.heartbeat_timeout (50ms)"),
         ("[json]\ntcp_keepalive = 1500ms", 2, "json.tcp_keepalive must be whole seconds"),

@@ -60,7 +60,7 @@ public struct Config: Equatable, Sendable {
         log: Log(level: .info, target: .auto, statsIntervalMs: 60_000),
         json: JSON(listen: [], maxFrameBytes: 64 << 10, heartbeatTimeoutMs: 0, tcpKeepaliveMs: 60_000),
         webSocket: WebSocket(listen: [], allowedOrigins: [], maxMessageBytes: 64 << 10, pingIntervalMs: 25_000,
-                             echo: false, page: false),
+                             echo: false, page: false, pageDir: ""),
         cluster: Cluster(redis: nil, name: "main", timeoutMs: 2_000, maxOutputBytes: 4 << 20),
         auth: Auth(keyFile: "", required: false, anonymous: .none, viewerMay: [2]))
 

@@ -20,8 +20,14 @@ extension Config {
         /// `echo`: serve `/echo`, every message back to its sender (for
         /// conformance suites); default no.
         public var echo: Bool
-        /// `page`: serve the chat page at `/`; default no.
+        /// `page`: serve the chat page at `/` (and its files) to a plain GET;
+        /// default no.
         public var page: Bool
+        /// `page_dir`: the directory the page's files are read from, once at
+        /// start and again on reload; empty (the default): `share/roomcast/web`
+        /// beside the binary's `bin/` (`/usr/share/roomcast/web` for
+        /// `/usr/bin/roomcastd`, as `make install` and the .deb lay it out).
+        public var pageDir: String
     }
 }
 
@@ -40,6 +46,12 @@ extension SectionSpec {
         },
         KeySpec(name: "echo") { c, v throws(ValueError) in c.webSocket.echo = try boolean(v) },
         KeySpec(name: "page") { c, v throws(ValueError) in c.webSocket.page = try boolean(v) },
+        KeySpec(name: "page_dir") { c, v throws(ValueError) in
+            guard v.isEmpty || v.hasPrefix("/") else {
+                throw ValueError(reason: "\(quote(v)) is not an absolute path (e.g. /usr/share/roomcast/web)")
+            }
+            c.webSocket.pageDir = v
+        },
     ])
 }
 

@@ -91,12 +91,19 @@ extension Server {
     }
 
     /// A heartbeat deadline passed (Heartbeats.swift): closed if still open.
+    /// An upgraded WebSocket gets a close frame with 1011 first, an upgrade
+    /// still under way a 408 answer (docs/protocol.md §15), each flushed
+    /// within the drain timeout.
     func evict(_ id: Int, _ reason: String) {
         guard table.isOpen(id) else { return }
         status.evictions &+= 1
         let address = table.address(of: id)
         logger.debug("evicting \(address): \(reason)", ["CLIENT_ADDR": address, "REASON": "heartbeat_timeout", "ROOM": relay.room(of: id) ?? ""])
-        table.close(id, reason)
+        switch table.slots[id]!.webSocket?.phase {
+        case .open?: closeWebSocket(id, .internalError, reason)
+        case .upgrading?: answerAndEnd(id, HTTPError(408, reason))
+        default: table.close(id, reason)
+        }
     }
 
     /// The end of a connection marked for close: leave announced (if it had

@@ -94,6 +94,8 @@ public final class Server {
     var handOver = HandOverControl()
     /// What a crash must not lose, in systemd's fd store (LiveStore.swift).
     var live: LiveStore?
+    /// The chat page's files (`[websocket] page`, PageDirectory.swift); nil: no page.
+    var page: PageFiles?
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -101,11 +103,13 @@ public final class Server {
     ///   - clock: monotonic milliseconds; injectable for tests.
     ///   - keys: `[auth] key_file` as read at start (`Server.loadKeys`); nil: none.
     ///   - wallClock: ms since the epoch, for tokens' `exp` and `nbf`; injectable for tests.
+    ///   - page: the chat page's files as read at start (`Server.loadPage`); nil: none.
     /// - Throws: `SystemError` from epoll_create1(2).
     public init(config: Config, options: Options, systemd: Systemd, logger: Logger, signalFD: Int32,
                 clock: @escaping () -> UInt64 = monotonicMilliseconds, keys: AuthKeys? = nil,
-                wallClock: @escaping () -> Int64 = wallClockMilliseconds) throws(SystemError) {
+                wallClock: @escaping () -> Int64 = wallClockMilliseconds, page: PageFiles? = nil) throws(SystemError) {
         self.config = config
+        self.page = page
         self.wallClock = wallClock
         self.auth.keys = keys
         self.options = options
@@ -225,7 +229,11 @@ public final class Server {
     /// The timers, after each wait: evictions, slow consumers, drains, the
     /// accept retry, the watchdog, STATUS, stats and the buffer sweep.
     private func runTimers(now: UInt64) {
-        heartbeats.expire(nowMs: now) { id, reason in evict(id, reason) }
+        // Evicted after the walk: evicting a WebSocket untracks it, which
+        // must not touch `heartbeats` while `expire` is still mutating it.
+        var expired: [(Int, String)] = []
+        heartbeats.expire(nowMs: now) { id, reason in expired.append((id, reason)) }
+        for (id, reason) in expired { evict(id, reason) }
         if auth.nextDeadline.map({ $0 <= now }) ?? false { expireTokens(now: now) }
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty { checkDrainDeadlines(now: now) }

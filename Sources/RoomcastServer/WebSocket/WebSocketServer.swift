@@ -66,7 +66,7 @@ extension Server {
     private func upgrade(_ id: Int, _ request: HTTPRequest, now: UInt64) -> Bool {
         let ws = config.webSocket
         let policy = WebSocketPolicy(webSocketPaths: ws.echo ? ["/", "/echo"] : ["/"],
-                                     pagePaths: ws.page ? ["/"] : [], allowedOrigins: ws.allowedOrigins)
+                                     pagePaths: ws.page ? page?.paths ?? [] : [], allowedOrigins: ws.allowedOrigins)
         let handshake: WebSocketHandshake
         do {
             handshake = try WebSocketHandshake.evaluate(request, policy: policy)
@@ -75,7 +75,7 @@ extension Server {
             return false
         }
         guard case .upgrade(let path, let key, let offered) = handshake, let spoken = handshake.spoken else {
-            refuseUpgrade(id, HTTPError(404, "the chat page is not shipped yet"), now: now)
+            servePage(id, request, now: now)
             return false
         }
         guard let accept = webSocketAccept(key: key) else {
@@ -146,6 +146,19 @@ extension Server {
         }
     }
 
+    /// A plain GET of one of the page's files (docs/protocol.md §15, "The
+    /// page"): the 200 answer with the file, then the connection is closed
+    /// once it is written (one request per connection).
+    private func servePage(_ id: Int, _ request: HTTPRequest, now: UInt64) {
+        guard let response = page?.response(for: request.path) else {
+            refuseUpgrade(id, HTTPError(404, "nothing is served at this path"), now: now)
+            return
+        }
+        logger.debug("page \(request.path) served", ["CLIENT_ADDR": table.address(of: id)])
+        table.fanout.unicast(response, to: id)
+        endWebSocket(id, "page served")
+    }
+
     /// An upgrade refused: the HTTP answer, then the connection is closed
     /// once it is written; logged once (REASON `websocket_upgrade_refused`).
     private func refuseUpgrade(_ id: Int, _ error: HTTPError, now: UInt64) {
@@ -179,6 +192,13 @@ extension Server {
     func closeWebSocket(_ id: Int, _ code: WebSocketCloseCode, _ why: String) {
         table.fanout.unicast(WebSocketFrameEncoder.close(code, reason: why), to: id)
         endWebSocket(id, why)
+    }
+
+    /// An HTTP answer without a journal line (the caller logged), then the
+    /// connection is closed once it is written.
+    func answerAndEnd(_ id: Int, _ error: HTTPError) {
+        table.fanout.unicast(error.response, to: id)
+        endWebSocket(id, "HTTP \(error.status)")
     }
 
     /// Stops reading `id`: its room hears the leave now, and what it is owed

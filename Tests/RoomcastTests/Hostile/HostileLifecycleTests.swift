@@ -170,10 +170,12 @@ struct HostileLifecycleSlowTests {
     ///
     /// The kernel writes /proc/net/tcp one read at a time from a walk of its socket tables, so a socket
     /// opened or closed by a test running beside this one between two reads can shift the walk past
-    /// the line wanted (proc(5), seq_file): one miss proves nothing, so the dump is taken up to 20 times.
+    /// the line wanted (proc(5), seq_file): one miss proves nothing, so the dump is taken again for up
+    /// to 30 s (a suite beside it may open and close 20,000 loopback sockets for about 10 s).
     static func listenerInode(port: UInt16) -> String? {
-        for attempt in 0..<20 {
-            if attempt > 0 { usleep(50_000) }
+        let deadline = monotonicMs() + 30_000
+        for attempt in 0... {
+            if attempt > 0 { if monotonicMs() >= deadline { break }; usleep(50_000) }
             for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
                 guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
                 for line in text.split(separator: "\n").dropFirst() {

@@ -262,8 +262,10 @@ struct WebSocketIntegrationTests {
         }
         #expect(pings >= 2)
         w.connection.expectOpen()
-        // One that stops answering is closed within the timeout (and a tick).
-        w.connection.expectClosed(within: .seconds(4))
+        // One that stops answering is closed within the timeout (and a tick), with 1011
+        // (docs/protocol.md §15) and REASON=heartbeat_timeout at debug.
+        #expect(w.expectCloseCode(timeout: .seconds(4)) == 1011)
+        #expect(d.stderr.wait(for: "REASON=heartbeat_timeout"))
     }
 
     @Test("a close frame is answered with a close frame, then the connection is closed")
@@ -329,7 +331,10 @@ struct WebSocketIntegrationTests {
         w.connection.expectOpen()
         pause(.seconds(3))
         w.connection.expectOpen()
-        w.connection.expectClosed(within: .seconds(4), "the upgrade's 5 s passed")
+        // 408 once the upgrade's 5 s passed, then closed (docs/protocol.md §15).
+        let head = w.readAnswer(timeout: .seconds(4))
+        #expect(head?.hasPrefix("HTTP/1.1 408 ") == true, "\(head ?? "no answer")")
+        w.connection.expectClosed(within: .seconds(2), "the upgrade's 5 s passed")
     }
 
     @Test("socket activation hands over the WebSocket listener by FileDescriptorName=websocket")
