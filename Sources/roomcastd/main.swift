@@ -65,10 +65,12 @@ var config: Config
 // `[auth] key_file` is read with the config: a bad, foreign or readable-by-
 // others key file refuses the start as a bad config does (exit 78).
 var keys: AuthKeys?
+var apiKeys: APIKeySet?
 do {
     config = try Config.load(path: invocation.configPath)
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
     keys = try Server.loadKeys(config)
+    apiKeys = try Server.loadAPIKeys(config)
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
     flushBeforeExit(systemd)
@@ -107,7 +109,7 @@ if config.log.target == .journal, logger.sink != .journal {
 do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
-                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys)
+                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys, apiKeys: apiKeys)
     let status = try server.run()
     flushBeforeExit(systemd, logger)
     exit(status)
