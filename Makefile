@@ -73,6 +73,10 @@ SHELL       := /bin/bash
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
+# promtool, unpacked by make deps (the metrics test runs it).
+PROMTOOL_DIR := $(CURDIR)/.build-deps/prometheus
+PROMTOOL     := $(PROMTOOL_DIR)/root/usr/bin/promtool
+
 FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
@@ -117,6 +121,14 @@ deps:
 	    fi; \
 	    $(SUDO) python3 -m pip install --quiet $$missing \
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages $$missing; \
+	fi
+	@# promtool (Debian's prometheus package) checks GET /metrics in make test; only
+	@# the binary is needed, so the .deb is unpacked here rather than installed (no service).
+	@if [ ! -x $(PROMTOOL) ]; then \
+	    echo "deps: unpacking promtool from Debian's prometheus package into $(PROMTOOL_DIR)"; \
+	    rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR) && cd $(PROMTOOL_DIR) \
+	    && { apt-get download prometheus >/dev/null 2>&1 || { $(SUDO) apt-get update -q && apt-get download prometheus; }; } \
+	    && dpkg-deb -x prometheus_*.deb root && rm -f prometheus_*.deb; \
 	fi
 
 deps-systemd: deps

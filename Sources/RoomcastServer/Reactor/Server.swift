@@ -74,6 +74,11 @@ public final class Server {
     var auth = AuthGate()
     /// The backend's HTTP API (`[api]`, API/APIServer.swift): off without listeners.
     var api = APIServer()
+    /// Time spent in epoll_wait(2) and in the rest of each iteration (GET /metrics), µs.
+    var loopWait = DurationHistogram()
+    var loopWork = DurationHistogram()
+    /// When the last wait of the loop returned, µs (monotonic).
+    var loopWaitEndUs: UInt64 = 0
     /// Rooms that span daemons (`[cluster]`); nil when it is off.
     var cluster: ClusterLink?
     /// The read buffer: whole frames are relayed straight from it (Input.swift).
@@ -178,7 +183,13 @@ public final class Server {
     func runOnce(maxWaitMs: UInt64 = maxWaitMs) throws(SystemError) -> Bool {
         let timeout = min(waitTimeout(now: clock()), maxWaitMs)
         cluster?.beforeWait()  // what this turn published or subscribed: one write per Redis connection
+        let waitStartUs = Sys.monotonicUsec()
+        defer { loopWork.record(Sys.monotonicUsec() &- loopWaitEndUs) }
         try selector.wait(timeoutMs: Int32(timeout)) { source, readiness in
+            if loopWaitEndUs < waitStartUs {
+                loopWaitEndUs = Sys.monotonicUsec()
+                loopWait.record(loopWaitEndUs &- waitStartUs)
+            }
             switch source {
             case .connection(let id): connectionReady(id, readiness)
             case .listener(let index): acceptConnections(index)
@@ -188,6 +199,10 @@ public final class Server {
             case .apiListener(let index): acceptAPI(index)
             case .apiConnection(let id): apiReady(id, readiness)
             }
+        }
+        if loopWaitEndUs < waitStartUs {
+            loopWaitEndUs = Sys.monotonicUsec()
+            loopWait.record(loopWaitEndUs &- waitStartUs)
         }
         let now = clock()
         runTimers(now: now)

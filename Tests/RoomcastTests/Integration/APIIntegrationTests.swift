@@ -261,3 +261,43 @@ final class APITestClient {
         #expect(try ask(asNobody: true) == "200")
     }
 }
+
+/// GET /metrics passes `promtool check metrics` (Debian's prometheus
+/// package, unpacked by make deps) after traffic.
+@Suite struct MetricsIntegrationTests {
+    static let promtool: String = {
+        var parts = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false)
+        parts.removeLast(4)  // APIIntegrationTests.swift, Integration, RoomcastTests, Tests
+        return parts.joined(separator: "/") + "/.build-deps/prometheus/root/usr/bin/promtool"
+    }()
+
+    @Test func promtoolAcceptsTheExposition() throws {
+        #expect(FileManager.default.isExecutableFile(atPath: Self.promtool), "no promtool at \(Self.promtool): run make deps")
+        let (d, _) = try APIIntegrationTests.daemon()
+        let alice = try d.connect()
+        try alice.send(Wire.join(Wire.user("alice", room: "m")))
+        try alice.send(Wire.text(Wire.user("alice", room: "m"), "hi"))
+        _ = alice.receiveFrames(2)
+        let c = try APITestClient(port: try #require(d.apiPort))
+        let m = try #require(c.request("GET", "/metrics"))
+        #expect(m.status == 200)
+        for family in ["roomcast_clients{dialect=\"ltb\"} 1", "roomcast_rooms 1", "roomcast_frames_received_total 2",
+                       "roomcast_loop_wait_seconds_bucket{le=\"+Inf\"}", "# TYPE roomcast_loop_iteration_seconds histogram"] {
+            #expect(m.body.contains(family), "no \(family) in:\n\(m.body)")
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.promtool)
+        p.arguments = ["check", "metrics"]
+        let input = Pipe(), output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = output
+        try p.run()
+        input.fileHandleForWriting.write(Data(m.body.utf8))
+        try input.fileHandleForWriting.close()
+        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0, "promtool check metrics: \(said)")
+        #expect(said.isEmpty, "promtool had remarks: \(said)")
+    }
+}
