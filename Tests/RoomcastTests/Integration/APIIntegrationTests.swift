@@ -6,6 +6,7 @@ import Foundation
 import Glibc
 import RoomcastCore
 import Testing
+@testable import RoomcastServer
 
 /// One HTTP/1.1 client connection on a plain socket.
 final class APITestClient {
@@ -299,5 +300,56 @@ final class APITestClient {
         p.waitUntilExit()
         #expect(p.terminationStatus == 0, "promtool check metrics: \(said)")
         #expect(said.isEmpty, "promtool had remarks: \(said)")
+    }
+}
+
+/// `[api] key_file`: refused at start like `[auth] key_file`, re-read on SIGHUP.
+@Suite struct APIKeyFileTests {
+    @Test func parseAndConstantTimeMatch() throws {
+        let keys = try APIKeys.parse("# comment\n\n  k-0123456789abcdef  \r\nk-second-key-0000000\n", file: "k")
+        #expect(keys.accepts(Array("k-0123456789abcdef".utf8)))
+        #expect(keys.accepts(Array("k-second-key-0000000".utf8)))
+        #expect(!keys.accepts(Array("k-0123456789abcde".utf8)))  // a prefix
+        #expect(!keys.accepts(Array("k-0123456789abcdefX".utf8)))  // longer
+        #expect(!keys.accepts([]))
+        #expect(throws: ConfigError.self) { try APIKeys.parse("short\n", file: "k") }
+        #expect(throws: ConfigError.self) { try APIKeys.parse("# only a comment\n", file: "k") }
+        do {
+            _ = try APIKeys.parse("k-0123456789abcdef\nhas a space in it!!\n", file: "k")
+            Issue.record("a key with spaces was accepted")
+        } catch {
+            #expect(error.line == 2 && !error.description.contains("space in it"), "\(error)")
+        }
+    }
+
+    @Test func refusedAtStartWhenOthersCanReadIt() throws {
+        let dir = try TempDirectory()
+        let path = try dir.write("api.keys", "k-0123456789abcdef\n")
+        chmod(path, 0o644)
+        let conf = try dir.write("c.conf", "[api]\nlisten = 127.0.0.1:0\nkey_file = \(path)\n")
+        let r = try runRoomcastd(["--config", conf, "--check-config"])
+        #expect(r.status == 78, "\(r.stderr)")
+        #expect(r.stderr.contains("mode 644 lets group or others at the keys"), "\(r.stderr)")
+        #expect(!r.stderr.contains("k-0123456789abcdef"))
+        let missing = try dir.write("m.conf", "[api]\nlisten = 127.0.0.1:0\n")
+        let m = try runRoomcastd(["--config", missing, "--check-config"])
+        #expect(m.status == 78 && m.stderr.contains("api.listen on TCP needs api.key_file"), "\(m.stderr)")
+    }
+
+    @Test func sighupRotatesKeysAndABadFileKeepsThem() throws {
+        let (d, dir) = try APIIntegrationTests.daemon()
+        let c = try APITestClient(port: try #require(d.apiPort))
+        #expect(c.request("GET", "/v1/stats", key: "k-rotated-key-000000")?.status == 401)
+        let path = dir.path + "/api.keys"
+        try "k-rotated-key-000000\n".write(toFile: path, atomically: false, encoding: .utf8)
+        d.child.kill(SIGHUP)
+        #expect(d.stderr.wait(for: "API keys reloaded from \(path): 1 key(s)"))
+        #expect(c.request("GET", "/v1/stats", key: "k-rotated-key-000000")?.status == 200)
+        #expect(c.request("GET", "/v1/stats")?.status == 401, "the removed key still works")
+        try "short\n".write(toFile: path, atomically: false, encoding: .utf8)
+        d.child.kill(SIGHUP)
+        #expect(d.stderr.wait(forLineWith: ["API key file reload failed, keeping the keys in use", "REASON=api_key_file_invalid"]))
+        #expect(c.request("GET", "/v1/stats", key: "k-rotated-key-000000")?.status == 200)
+        #expect(!d.stderr.current.contains("k-rotated-key-000000") && !d.stderr.current.contains("k-0123456789abcdef"), "a key reached the log")
     }
 }
