@@ -11,16 +11,6 @@ int cshim_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
     return accept4(fd, addr, len, flags);
 }
 
-int cshim_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, int *pid) {
-    struct ucred cred;
-    socklen_t len = sizeof cred;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
-    *uid = cred.uid;
-    *gid = cred.gid;
-    *pid = cred.pid;
-    return 0;
-}
-
 int cshim_block_signals_fd(const int *signals) {
     sigset_t set;
     sigemptyset(&set);

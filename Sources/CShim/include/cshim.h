@@ -18,11 +18,6 @@
 /// accept4(2) with SOCK_NONBLOCK|SOCK_CLOEXEC style flags.
 int cshim_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
 
-/* SO_PEERCRED of a connected Unix socket (unix(7)): the peer's uid, gid and
-   pid as of connect(2). Returns 0, or -1 with errno. struct ucred needs
-   _GNU_SOURCE, which Swift's Glibc import does not define. */
-int cshim_peer_credentials(int fd, unsigned int *uid, unsigned int *gid, int *pid);
-
 /// Size in bytes of struct signalfd_siginfo (128).
 static inline int cshim_signalfd_siginfo_size(void) { return (int)sizeof(struct signalfd_siginfo); }
 

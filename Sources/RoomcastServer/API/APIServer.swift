@@ -1,4 +1,3 @@
-import CShim
 import Glibc
 import RoomcastCore
 import RoomcastIO
@@ -153,6 +152,17 @@ extension Server {
         }
     }
 
+    /// SO_PEERCRED of a connected Unix socket (unix(7)): the peer's
+    /// credentials as of connect(2). `struct ucred` is `{pid_t pid; uid_t
+    /// uid; gid_t gid;}` on Linux; Glibc's Swift import leaves it out
+    /// (it needs _GNU_SOURCE), so the same 12 bytes are read into a tuple.
+    static func peerCredentials(_ fd: Int32) -> (pid: Int32, uid: UInt32, gid: UInt32)? {
+        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var length = socklen_t(MemoryLayout.size(ofValue: cred))
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0, length == 12 else { return nil }
+        return (cred.0, cred.1, cred.2)
+    }
+
     /// Accepts on API listener `index`; one over `[api] max_connections` is closed at once.
     func acceptAPI(_ index: Int) {
         guard !stopping else { return }
@@ -170,12 +180,11 @@ extension Server {
             }
             let peer: APIServer.Peer
             if case .unix = listener.address {
-                var uid: UInt32 = 0, gid: UInt32 = 0, pid: Int32 = 0
-                guard cshim_peer_credentials(accepted.fd, &uid, &gid, &pid) == 0 else {
+                guard let cred = Self.peerCredentials(accepted.fd) else {
                     Sys.close(accepted.fd)
                     continue
                 }
-                peer = .unix(uid: uid, gid: gid, pid: pid)
+                peer = .unix(uid: cred.uid, gid: cred.gid, pid: cred.pid)
             } else {
                 peer = .tcp(Socket.format(accepted.peer))
                 Sys.setOption(accepted.fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
