@@ -84,7 +84,11 @@ SHELL       := /bin/bash
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # libFuzzer targets (Tests/Fuzz/<target>/, seeds in Tests/Fuzz/corpus/<target>/).
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader
+# promtool, unpacked by make deps (the metrics test runs it).
+PROMTOOL_DIR := $(CURDIR)/.build-deps/prometheus
+PROMTOOL     := $(PROMTOOL_DIR)/root/usr/bin/promtool
+
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 
@@ -130,6 +134,14 @@ deps:
 	    $(SUDO) python3 -m pip install --quiet $$missing \
 	        || $(SUDO) python3 -m pip install --quiet --break-system-packages $$missing; \
 	fi
+	@# promtool (Debian's prometheus package) checks GET /metrics in make test; only
+	@# the binary is needed, so the .deb is unpacked here rather than installed (no service).
+	@if [ ! -x $(PROMTOOL) ]; then \
+	    echo "deps: unpacking promtool from Debian's prometheus package into $(PROMTOOL_DIR)"; \
+	    rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR) && cd $(PROMTOOL_DIR) \
+	    && { apt-get download prometheus >/dev/null 2>&1 || { $(SUDO) apt-get update -q && apt-get download prometheus; }; } \
+	    && dpkg-deb -x prometheus_*.deb root && rm -f prometheus_*.deb; \
+	fi
 
 deps-systemd: deps
 	@if ! command -v systemd-nspawn >/dev/null || ! command -v debootstrap >/dev/null; then \
@@ -152,7 +164,10 @@ deps-deb:
 # the chat page from the repository's web/ (http://127.0.0.1:9897/).
 run: deps
 	$(SWIFT) build -c release
-	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n' "$(CURDIR)/web"; } > .build/run.conf
+	@# The API (docs/api.md) on 127.0.0.1:9899 with a key made once for this checkout.
+	@[ -s .build/run-api.keys ] || { umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' > .build/run-api.keys; }
+	@echo "API: curl -H \"Authorization: Bearer \$$(cat .build/run-api.keys)\" http://127.0.0.1:9899/v1/stats"
+	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n\n[api]\nlisten = 127.0.0.1:9899\nkey_file = %s\n' "$(CURDIR)/web" "$(CURDIR)/.build/run-api.keys"; } > .build/run.conf
 	exec .build/release/roomcastd --config .build/run.conf --listen 127.0.0.1:9898
 
 # The unit-file, man-page and docs checks come first, so that the output closes on

@@ -199,6 +199,38 @@ public struct Relay {
         memberCount(of: RoomName(room))
     }
 
+    /// Every room with members and its member count, in no fixed order
+    /// (the API sorts; docs/api.md). O(rooms).
+    public var roomCounts: [(room: RoomName, members: Int)] {
+        roomIndex.map { ($0.key, rooms[$0.value].members.count) }
+    }
+
+    /// The connections in `room` (empty when it does not exist).
+    public func members(of room: RoomName) -> [Int] {
+        roomIndex[room].map { rooms[$0].members } ?? []
+    }
+
+    /// A frame the server itself publishes into `room` (the backend's API,
+    /// docs/api.md): its body checked as a member's would be (§3), then
+    /// relayed exactly as a member's frame, and the observer told (the
+    /// cluster publishes it), with sender -1 (no member sent it).
+    /// - Returns: the recipients here, or the reason the body was refused.
+    public func publish(_ frame: UnsafeRawBufferPointer, type: UInt16, toRoom room: RoomName, sink: some FrameSink) -> Result<Int, ProtoError> {
+        let body = UnsafeRawBufferPointer(rebasing: frame[FrameCodec.headerSize...])
+        if settings.validate {
+            do {
+                if type == settings.textType { try validateBody(.chatMessage, body) }
+                if type == settings.giftType { try validateBody(.giftMessage, body) }
+            } catch { return .failure(error) }
+        }
+        var n = 0
+        if let r = roomIndex[room], !rooms[r].members.isEmpty {
+            n = sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
+        }
+        observer?.relayed(frame, room: room, from: -1)
+        return .success(n)
+    }
+
     /// The room connection `id` is in, if any.
     public func roomName(of id: Int) -> RoomName? {
         guard id < sessions.count, sessions[id].room >= 0 else { return nil }

@@ -68,11 +68,13 @@ var keys: AuthKeys?
 // `[websocket] page_dir` likewise: with `page = yes`, a missing or unreadable
 // page refuses the start (exit 78).
 var page: PageFiles?
+var apiKeys: APIKeySet?
 do {
     config = try Config.load(path: invocation.configPath)
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
     keys = try Server.loadKeys(config)
     page = try Server.loadPage(config)
+    apiKeys = try Server.loadAPIKeys(config)
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
     flushBeforeExit(systemd)
@@ -111,7 +113,7 @@ if config.log.target == .journal, logger.sink != .journal {
 do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
-                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys, page: page)
+                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys, page: page, apiKeys: apiKeys)
     let status = try server.run()
     flushBeforeExit(systemd, logger)
     exit(status)

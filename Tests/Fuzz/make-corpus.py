@@ -150,3 +150,20 @@ proxy = {
 }
 for name, data in proxy.items():
     write("FuzzProxyHeader", name, data)
+
+# FuzzHTTP: [chunk, seed] + a stream of API requests (docs/api.md).
+def api_post(body, extra=b""):
+    return (b"POST /v1/rooms/r%20b/publish HTTP/1.1\r\nHost: 127.0.0.1:9899\r\nAuthorization: Bearer k0123456789abcdef\r\n"
+            b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body)
+http = {
+    "publish": b"\x05\x11" + api_post(b'{"type":"text","user":{"name":"bot"},"text":"hi"}'),
+    "publish-1byte": b"\x00\x12" + api_post(b'{"type":"gift","user":{"name":"bot"},"gift":"rose","count":1}'),
+    "pipelined": b"\x02\x13" + b"GET /healthz HTTP/1.1\r\n\r\n" + api_post(b"{}")
+                 + b"GET /v1/rooms?cursor=abc HTTP/1.1\r\nConnection: close\r\n\r\n",
+    "chunked": b"\x03\x14" + b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    "too-large": b"\x04\x15" + b"POST / HTTP/1.1\r\nContent-Length: 2000\r\n\r\n",
+    "expect": b"\x01\x16" + api_post(b"12345", b"Expect: 100-continue\r\n"),
+    "two-lengths": b"\x05\x17" + b"POST / HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2, 3\r\n\r\nab",
+}
+for name, data in http.items():
+    write("FuzzHTTP", name, data)

@@ -156,6 +156,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             if section == "[json]" && line.hasPrefix("#listen") { return line }
             if section == "[websocket]" && line.hasPrefix("#listen") { return line }
             if section == "[cluster]" && line.hasPrefix("#redis") { return line }
+            if section == "[api]" && line.hasPrefix("#listen") { return line }
             return line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
         }.joined(separator: "\n")
         #expect(uncommented != text)
@@ -181,9 +182,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 49)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 55)
     }
 
     /// The operator's documentation names every key: the table of
@@ -198,6 +199,27 @@ private func tempFile(_ bytes: [UInt8]) -> String {
                 #expect(text.contains(file.hasSuffix(".md") ? "`\(key)`" : "*\(key) =*"), "\(file) does not document \(section).\(key)")
             }
         }
+    }
+
+    /// `[api] listen` takes TCP and Unix addresses, comma-separated and
+    /// repeated; a Unix socket alone needs no key file.
+    @Test func apiSection() throws {
+        let c = try Config.parse("""
+            [api]
+            listen = unix:/run/roomcastd/api.sock
+            allow_uids = 1000, 0 ,1000
+            allow_gids = 27
+            public_metrics = yes
+            max_connections = 3
+            """, file: "t.conf")
+        #expect(c.api.listen == [.unix(path: "/run/roomcastd/api.sock")])
+        #expect(c.api.allowUIDs == [1000, 0])
+        #expect(c.api.allowGIDs == [27])
+        #expect(c.api.publicMetrics && c.api.maxConnections == 3 && c.api.keyFile.isEmpty)
+        let both = try Config.parse("[api]\nkey_file = /etc/roomcastd/api.keys\nlisten = 127.0.0.1:9899, [::1]:9899\nlisten = unix:/a.sock",
+                                    file: "t.conf")
+        #expect(both.api.listen.map(\.description) == ["127.0.0.1:9899", "[::1]:9899", "unix:/a.sock"])
+        #expect(Config.defaults.api.listen.isEmpty)
     }
 
     @Test func everyKeyParsed() throws {
@@ -257,6 +279,13 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             required = yes
             anonymous = read
             viewer_may = text, gift ,42
+            [api]
+            listen = 127.0.0.1:9896, unix:/run/api.sock
+            key_file = /etc/roomcast/api.keys
+            max_connections = 9
+            allow_uids = 1000
+            allow_gids = 100, 101
+            public_metrics = yes
             """
         let c = try Config.parse(text, file: "t")
         let expected = Config(
@@ -277,7 +306,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
                              pageDir: "/srv/roomcast/web"),
             cluster: .init(redis: .tcp(host: "::1", port: 6380, isIPv6: true), name: "eu-west.1", timeoutMs: 500,
                            maxOutputBytes: 1 << 20),
-            auth: .init(keyFile: "/etc/roomcast/keys", required: true, anonymous: .read, viewerMay: [2, 3, 42]))
+            auth: .init(keyFile: "/etc/roomcast/keys", required: true, anonymous: .read, viewerMay: [2, 3, 42]),
+            api: .init(listen: [.tcp(ListenAddress(host: "127.0.0.1", port: 9896, isIPv6: false)), .unix(path: "/run/api.sock")],
+                       keyFile: "/etc/roomcast/api.keys", maxConnections: 9, allowUIDs: [1000], allowGIDs: [100, 101], publicMetrics: true))
         #expect(c == expected)
     }
 
@@ -424,6 +455,16 @@ private func tempFile(_ bytes: [UInt8]) -> String {
          "server.default_room is 11 bytes, over protocol.max_room_bytes (10): a join naming the default room would be refused"),
         ("[protocol]\nmax_room_bytes = 4\n", 2, "server.default_room is 5 bytes"),
         ("[server]\nmax_clients_per_ip = 2000000", 2, "out of range"),
+        ("[api]\nlisten = localhost:9899", 2, "api.listen: 'localhost:9899' is not a listen address (expected IPv4:PORT, [IPv6]:PORT or unix:/PATH"),
+        ("[api]\nlisten = unix:relative.sock", 2, "is not a listen address"),
+        ("[api]\nkey_file = /k\nlisten = 127.0.0.1:9899, unix:/run/a.sock, 127.0.0.1:9899", 3, "127.0.0.1:9899 is listed twice"),
+        ("[server]\nlisten = 0.0.0.0:9899\n[api]\nkey_file = /k\nlisten = 127.0.0.1:9899", 5, "overlaps 0.0.0.0:9899 at line 2"),
+        ("[api]\nlisten = 127.0.0.1:9899", 2, "api.listen on TCP needs api.key_file"),
+        ("[api]\nkey_file = keys", 2, "api.key_file: 'keys' is not an absolute path"),
+        ("[api]\nmax_connections = 0", 2, "api.max_connections: '0' is out of range"),
+        ("[api]\nallow_uids = 1000, www-data", 2, "api.allow_uids: 'www-data' is not a numeric id"),
+        ("[api]\nallow_gids = 4294967295", 2, "is not a numeric id"),
+        ("[api]\npublic_metrics = sometimes", 2, "is not a boolean"),
         // the first error wins
         ("[log]\nlevel = loud\nlevel = quiet", 2, "'loud'"),
     ] as [(String, Int, String)])

@@ -41,6 +41,7 @@ public struct Config: Equatable, Sendable {
     public var webSocket: WebSocket
     public var cluster: Cluster
     public var auth: Auth
+    public var api: API
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -62,7 +63,8 @@ public struct Config: Equatable, Sendable {
         webSocket: WebSocket(listen: [], allowedOrigins: [], maxMessageBytes: 64 << 10, pingIntervalMs: 25_000,
                              echo: false, page: false, pageDir: ""),
         cluster: Cluster(redis: nil, name: "main", timeoutMs: 2_000, maxOutputBytes: 4 << 20),
-        auth: Auth(keyFile: "", required: false, anonymous: .none, viewerMay: [2]))
+        auth: Auth(keyFile: "", required: false, anonymous: .none, viewerMay: [2]),
+        api: API(listen: [], keyFile: "", maxConnections: 64, allowUIDs: [], allowGIDs: [], publicMetrics: false))
 
     /// Every section and its keys, in the order of config/roomcastd.conf.
     public static let sectionOrder: [String] = specs.map(\.section)
@@ -104,6 +106,29 @@ public struct Config: Equatable, Sendable {
                 guard let spec = specs.first(where: { $0.section == e.section })?
                     .keys.first(where: { $0.name == e.key })
                 else { throw fail(unknownKeyReason(e.section, e.key)) }
+                if e.key == "listen" && e.section == "api" {
+                    // Comma-separated or repeated; TCP ports are checked against every listener's.
+                    for item in e.value.split(separator: ",", omittingEmptySubsequences: false) {
+                        let text = trimmed(item)
+                        guard let address = APIListenAddress.parse(text) else {
+                            throw fail("\(name): \(quote(text)) is not a listen address "
+                                + "(expected IPv4:PORT, [IPv6]:PORT or unix:/PATH, e.g. 127.0.0.1:9899 or unix:/run/roomcastd/api.sock)")
+                        }
+                        if config.api.listen.contains(address) {
+                            throw fail("\(name): \(address) is listed twice")
+                        }
+                        if case .tcp(let tcp) = address {
+                            if let (other, first) = listen.first(where: { $0.key.overlaps(tcp) }) {
+                                throw fail("\(name): \(tcp) " + (other == tcp ? "is already listed at line \(first)"
+                                    : "overlaps \(other) at line \(first) (a wildcard address takes the port on every address)"))
+                            }
+                            listen[tcp] = listen[tcp] ?? e.line
+                        }
+                        config.api.listen.append(address)
+                    }
+                    seen[name] = seen[name] ?? e.line
+                    continue
+                }
                 if e.key == "listen" && (e.section == "server" || e.section == "json" || e.section == "websocket") {
                     guard let address = ListenAddress.parse(e.value) else {
                         throw fail("\(name): \(quote(e.value)) is not a listen address "
@@ -169,10 +194,18 @@ public struct Config: Equatable, Sendable {
         try checkLimitsRules(rule)
         try checkJSONRules(rule)
         try checkAuthRules(rule)
+        try checkAPIRules(rule)
     }
 }
 
 // MARK: - Key table
+
+/// Without leading and trailing spaces and tabs.
+func trimmed(_ s: Substring) -> String {
+    var t = s.drop { $0 == " " || $0 == "\t" }
+    while t.last == " " || t.last == "\t" { t = t.dropLast() }
+    return String(t)
+}
 
 /// Reason of a bad value, without the `section.key: ` prefix.
 struct ValueError: Error {
@@ -204,4 +237,4 @@ struct RuleContext {
 
 /// The single source of truth for sections, keys and their order; each
 /// section's keys, parsing and ranges are in its own file (ServerSection.swift ...).
-let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth]
+let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth, .api]

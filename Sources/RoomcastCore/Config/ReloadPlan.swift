@@ -6,7 +6,7 @@ public struct ReloadPlan: Equatable, Sendable {
     /// The config to run with from now on.
     public var applied: Config
     /// Keys whose new value waits for a restart, in a fixed order
-    /// (`server.listen`, `json.listen`, `websocket.listen`, `protocol.byte_order`, `log.target`,
+    /// (`server.listen`, `json.listen`, `websocket.listen`, `api.listen`, `protocol.byte_order`, `log.target`,
     /// `cluster.redis`, `cluster.name`),
     /// only those that changed (and, for the listen keys, only where the
     /// file's value is in use: not replaced by `--listen`, not under socket
@@ -32,6 +32,9 @@ extension Config {
         applied.server.listen = server.listen
         applied.json.listen = json.listen
         applied.webSocket.listen = webSocket.listen
+        // Socket activation passes no API socket: `[api] listen` is always bound by the daemon.
+        if new.api.listen != api.listen { needRestart.append("api.listen") }
+        applied.api.listen = api.listen
         if new.protocol.byteOrder != self.protocol.byteOrder {
             needRestart.append("protocol.byte_order")
             applied.protocol.byteOrder = self.protocol.byteOrder

@@ -107,6 +107,7 @@ extension Server {
         stopping = true
         handOver.pending = true
         handOver.stoppedReadingMs = clock()
+        closeAPIAll()  // the API's connections are not carried: a backend retries
         for i in listeners.all.indices {
             if let r = listeners.all[i].registration { selector.deregister(r) }
             listeners.all[i].registration = nil

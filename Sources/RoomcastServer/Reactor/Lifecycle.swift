@@ -54,6 +54,7 @@ extension Server {
         config = plan.applied
         reloadKeys()
         reloadPage()
+        reloadAPIKeys()
         relay.reconfigure(RelaySettings(config))
         table.fanout.relaySettings = relay.settings
         table.fanout.outputHardBytes = config.limits.outputHardBytes
@@ -84,6 +85,7 @@ extension Server {
         systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client"))")
         logger.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"), stopping: flushing \(plural(table.count, "client"))")
         closeListeners()
+        closeAPIAll()
         for id in table.ids where table.isOpen(id) {
             // Everybody is leaving: no synthesized leaves to a room about to close.
             relay.forget(id)

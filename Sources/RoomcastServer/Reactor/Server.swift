@@ -43,6 +43,10 @@ public final class Server {
         case signal
         /// A Redis connection of the cluster (`RedisConnection.Role`).
         case cluster(Int)
+        /// A listener of the backend's API (API/APIServer.swift).
+        case apiListener(Int)
+        /// A connection to the backend's API.
+        case apiConnection(Int)
     }
 
     /// Descriptors the daemon holds besides its clients: stdio, epoll,
@@ -68,6 +72,13 @@ public final class Server {
     var status = StatusReporter()
     /// Signed joins (`[auth]`, Auth/AuthGate.swift): keys, expiries, counters.
     var auth = AuthGate()
+    /// The backend's HTTP API (`[api]`, API/APIServer.swift): off without listeners.
+    var api = APIServer()
+    /// Time spent in epoll_wait(2) and in the rest of each iteration (GET /metrics), µs.
+    var loopWait = DurationHistogram()
+    var loopWork = DurationHistogram()
+    /// When the last wait of the loop returned, µs (monotonic).
+    var loopWaitEndUs: UInt64 = 0
     /// Rooms that span daemons (`[cluster]`); nil when it is off.
     var cluster: ClusterLink?
     /// The read buffer: whole frames are relayed straight from it (Input.swift).
@@ -104,12 +115,15 @@ public final class Server {
     ///   - keys: `[auth] key_file` as read at start (`Server.loadKeys`); nil: none.
     ///   - wallClock: ms since the epoch, for tokens' `exp` and `nbf`; injectable for tests.
     ///   - page: the chat page's files as read at start (`Server.loadPage`); nil: none.
+    ///   - apiKeys: `[api] key_file` as read at start (`Server.loadAPIKeys`); nil: none.
     /// - Throws: `SystemError` from epoll_create1(2).
     public init(config: Config, options: Options, systemd: Systemd, logger: Logger, signalFD: Int32,
                 clock: @escaping () -> UInt64 = monotonicMilliseconds, keys: AuthKeys? = nil,
-                wallClock: @escaping () -> Int64 = wallClockMilliseconds, page: PageFiles? = nil) throws(SystemError) {
+                wallClock: @escaping () -> Int64 = wallClockMilliseconds, page: PageFiles? = nil,
+                apiKeys: APIKeySet? = nil) throws(SystemError) {
         self.config = config
         self.page = page
+        self.api.keys = apiKeys.map(\.keys)
         self.wallClock = wallClock
         self.auth.keys = keys
         self.options = options
@@ -150,6 +164,7 @@ public final class Server {
         checkDescriptorLimit()
         handOver.storedListeners = systemd.storedFDs.filter { HandOverName.isListener($0.name) }
         try openListeners()
+        try openAPI()
         keepListenersInStore()
         checkHandOverBudget()
         makeCluster()  // before the restore, so that the link learns of every restored room
@@ -173,14 +188,26 @@ public final class Server {
     func runOnce(maxWaitMs: UInt64 = maxWaitMs) throws(SystemError) -> Bool {
         let timeout = min(waitTimeout(now: clock()), maxWaitMs)
         cluster?.beforeWait()  // what this turn published or subscribed: one write per Redis connection
+        let waitStartUs = Sys.monotonicUsec()
+        defer { loopWork.record(Sys.monotonicUsec() &- loopWaitEndUs) }
         try selector.wait(timeoutMs: Int32(timeout)) { source, readiness in
+            if loopWaitEndUs < waitStartUs {
+                loopWaitEndUs = Sys.monotonicUsec()
+                loopWait.record(loopWaitEndUs &- waitStartUs)
+            }
             switch source {
             case .connection(let id): connectionReady(id, readiness)
             case .listener(let index): acceptConnections(index)
             case .proxyHeader(let slot): readProxyHeader(slot)
             case .signal: readSignals()
             case .cluster(let index): cluster?.ready(index, readiness)
+            case .apiListener(let index): acceptAPI(index)
+            case .apiConnection(let id): apiReady(id, readiness)
             }
+        }
+        if loopWaitEndUs < waitStartUs {
+            loopWaitEndUs = Sys.monotonicUsec()
+            loopWait.record(loopWaitEndUs &- waitStartUs)
         }
         let now = clock()
         runTimers(now: now)
@@ -205,6 +232,7 @@ public final class Server {
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
         if let expiry = auth.nextDeadline { deadline = min(deadline, expiry) }
+        if let due = api.nextDeadline { deadline = min(deadline, due) }
         if !overSoft.isEmpty || !draining.isEmpty || systemd.hasPending || logger.owed {
             deadline = min(deadline, now + config.heartbeat.tickMs)
         }
@@ -240,6 +268,7 @@ public final class Server {
         resumeAcceptingIfDue(now: now)
         if listeners.pending.count > 0 { expireProxyHeaders(now: now) }
         cluster?.runTimers(now: now)
+        if api.count > 0 { expireAPI(now: now) }
         if status.watchdogDue(nowMs: now) { systemd.notify("WATCHDOG=1") }
         if let line = status.statusDue(nowMs: now, figures) {
             systemd.notify("STATUS=" + line)

@@ -27,8 +27,10 @@ struct StatusReporter {
     /// How often STATUS= is refreshed, in ms.
     static let statusIntervalMs: UInt64 = 2_000
 
-    /// Complete frames read from clients.
+    /// Complete frames read from clients (and published through the API).
     var framesIn: UInt64 = 0
+    /// When `start` ran, ms (the API's `uptime_ms`).
+    private(set) var startedMs: UInt64 = 0
     /// Connections closed for a heartbeat timeout.
     var evictions: UInt64 = 0
     /// Connections refused at accept for coming from outside `proxy_from`.
@@ -57,6 +59,7 @@ struct StatusReporter {
             watchdogIntervalMs = max(1, usec / 3_000)
             nextWatchdogMs = nowMs
         }
+        startedMs = nowMs
         lastStatus = (nowMs, 0, 0)
         lastStats = (nowMs, 0, 0, 0)
         nextStatusMs = nowMs + Self.statusIntervalMs

@@ -345,6 +345,8 @@ final class Daemon {
     private(set) var jsonPort: UInt16?
     /// The port of the `[websocket]` listener (docs/protocol.md §8), when configured.
     private(set) var webSocketPort: UInt16?
+    /// The port of the first TCP `[api]` listener (docs/api.md), when configured.
+    private(set) var apiPort: UInt16?
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
     /// waits for READY=1 and `roomcastd ready` on stderr (10 s in all), so
@@ -422,13 +424,15 @@ final class Daemon {
             if !child.process.isRunning { _ = stderr.waitForEOF(timeout: .seconds(2)) }  // all it said
             throw HarnessError("roomcastd \(how); stderr:\n\(stderr.current)")
         }
-        let lines = stderr.current.split(separator: "\n").filter { $0.contains("listening on ") }
+        let lines = stderr.current.split(separator: "\n").filter { $0.contains("listening on ") && !$0.contains("listening on unix:") }
         for line in lines {
             let address = line[line.range(of: "listening on ")!.upperBound...].prefix { $0 != " " }
             guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
                 throw HarnessError("no port in log line: \(line)")
             }
-            if line.contains("(json)") {
+            if line.contains("(api)") {
+                apiPort = apiPort ?? port
+            } else if line.contains("(json)") {
                 jsonPort = port
             } else if line.contains("(websocket)") {
                 webSocketPort = port

@@ -1,12 +1,13 @@
-// A bounded HTTP/1.1 request parser for the WebSocket upgrade (RFC 9112 §2-§5,
-// RFC 6455 §4.1): the request line and the header fields of a GET, nothing
-// else (no body, no chunked coding, no pipelining). Resumable after any
+// A bounded HTTP/1.1 request-head parser (RFC 9112 §2-§5), shared by the
+// WebSocket upgrade (RFC 6455 §4.1) and the API (HTTPRequestReader.swift
+// adds bodies, keep-alive and pipelining): the request line and the header
+// fields, nothing else. Resumable after any
 // partial read, in the manner of nginx's ngx_http_parse.c: it remembers how
 // far it has scanned, so bytes are looked at once until the head is complete.
 
 /// A refused request: the HTTP status to answer with and why.
 public struct HTTPError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// 400, 403, 404, 405, 426 or 431.
+    /// 400, 401, 403, 404, 405, 408, 411, 413, 426, 431 or 501.
     public var status: Int
     /// For the log and the plain-text body of the answer.
     public var reason: String
@@ -27,12 +28,21 @@ public struct HTTPError: Error, Equatable, Sendable, CustomStringConvertible {
     public static func phrase(_ status: Int) -> String {
         switch status {
         case 101: "Switching Protocols"
+        case 100: "Continue"
         case 200: "OK"
         case 400: "Bad Request"
+        case 401: "Unauthorized"
         case 403: "Forbidden"
         case 404: "Not Found"
         case 405: "Method Not Allowed"
         case 408: "Request Timeout"
+        case 409: "Conflict"
+        case 411: "Length Required"
+        case 413: "Content Too Large"
+        case 415: "Unsupported Media Type"
+        case 422: "Unprocessable Content"
+        case 500: "Internal Server Error"
+        case 501: "Not Implemented"
         case 426: "Upgrade Required"
         case 431: "Request Header Fields Too Large"
         case 503: "Service Unavailable"
@@ -179,7 +189,7 @@ public struct HTTPRequestParser: Equatable, Sendable {
               let minor = version.utf8.last, minor >= 0x30 && minor <= 0x39 else {
             return .failure(HTTPError(400, "malformed HTTP version '\(clip(version))'"))
         }
-        guard minor >= 0x31 else { return .failure(HTTPError(400, "HTTP/1.1 or later is required (RFC 6455 §4.1)")) }
+        guard minor >= 0x31 else { return .failure(HTTPError(400, "HTTP/1.1 or later is required (RFC 6455 §4.1 for WebSocket; the API speaks HTTP/1.1)")) }
         let target = String(decoding: parts[1], as: UTF8.self)
         guard target.hasPrefix("/") else {
             return .failure(HTTPError(400, "request target must be a path beginning with '/'"))

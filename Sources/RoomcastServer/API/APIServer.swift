@@ -1,0 +1,369 @@
+import Glibc
+import RoomcastCore
+import RoomcastIO
+
+// APIServer.swift owns the backend's HTTP API on the reactor (docs/api.md):
+// its listeners (TCP and Unix sockets), its connections with their bounded
+// input and output, the 5 s request deadline and the idle timeout. What a
+// request asks for is answered in APIRoutes.swift. An API connection is no
+// client: it is in no room and not in the connection table, and a slow or
+// stalled one costs itself only (its output is bounded and it is not read
+// while its answers are unsent).
+
+/// The API's listeners and connections.
+struct APIServer {
+    struct Listener {
+        var fd: Int32
+        var address: APIListenAddress
+        var registration: Registration?
+    }
+
+    /// Who is at the other end, as the kernel says.
+    enum Peer: Equatable {
+        /// A TCP peer, `1.2.3.4:P` or `[::1]:P`.
+        case tcp(String)
+        /// A Unix-socket peer's credentials (SO_PEERCRED, unix(7)).
+        case unix(uid: UInt32, gid: UInt32, pid: Int32)
+
+        var description: String {
+            switch self {
+            case .tcp(let address): address
+            case .unix(let uid, let gid, let pid): "unix peer uid \(uid) gid \(gid) pid \(pid)"
+            }
+        }
+    }
+
+    struct Connection {
+        var fd: Int32
+        var registration: Registration?
+        var peer: Peer
+        var reader = HTTPRequestReader()
+        /// Received and not yet consumed: at most one request's head and body past what was answered.
+        var input: [UInt8] = []
+        /// Answers not yet taken by the kernel.
+        var output: [UInt8] = []
+        /// When the request under way must be complete (its first byte + 5 s), ms.
+        var requestDeadlineMs: UInt64?
+        /// When an idle keep-alive connection is closed, ms.
+        var idleDeadlineMs: UInt64
+        /// Close once `output` is written (an error, `Connection: close`, EOF).
+        var closeAfterWrite = false
+        /// The interest registered: readable while nothing is owed, writable while something is.
+        var reading = true
+        var writing = false
+    }
+
+    /// A request must be complete this long after its first byte, in ms (docs/api.md).
+    static let requestTimeoutMs: UInt64 = 5_000
+    /// A keep-alive connection with no request under way is closed after this, in ms.
+    static let idleTimeoutMs: UInt64 = 60_000
+    /// Bytes read per wakeup at most (bounded work per event).
+    static let readBytesPerWakeup = 128 * 1024
+    /// Answers held for one connection before it is no longer read, in bytes.
+    static let outputPauseBytes = 256 * 1024
+    /// Accepts per listener wakeup at most.
+    static let acceptsPerWakeup = 32
+
+    var listeners: [Listener] = []
+    var connections: [Connection?] = []
+    private var freeSlots: [Int] = []
+    private(set) var count = 0
+    /// The keys of `[api] key_file`; nil: none configured.
+    var keys: APIKeys?
+    /// Replies of publishes by `Idempotency-Key` (APIRoutes.swift).
+    var idempotency = IdempotencyCache()
+    /// Requests answered, by status class, and refusals at accept (GET /metrics).
+    var requests: [Int: UInt64] = [:]
+    var refusedAtAccept: UInt64 = 0
+
+    mutating func insert(_ c: Connection) -> Int {
+        count += 1
+        if let slot = freeSlots.popLast() {
+            connections[slot] = c
+            return slot
+        }
+        connections.append(c)
+        return connections.count - 1
+    }
+
+    mutating func remove(_ id: Int) -> Connection? {
+        guard connections.indices.contains(id), let c = connections[id] else { return nil }
+        connections[id] = nil
+        freeSlots.append(id)
+        count -= 1
+        return c
+    }
+
+    /// The earliest request or idle deadline, ms; nil without connections. O(connections).
+    var nextDeadline: UInt64? {
+        guard count > 0 else { return nil }
+        var next = UInt64.max
+        for c in connections {
+            guard let c else { continue }
+            next = min(next, c.requestDeadlineMs ?? c.idleDeadlineMs)
+        }
+        return next
+    }
+}
+
+extension Server {
+    /// Binds every `[api] listen` address (never from systemd: the API is
+    /// the daemon's own) and watches it.
+    /// - Throws: `SystemError` when an address cannot be bound.
+    func openAPI() throws(SystemError) {
+        guard !config.api.listen.isEmpty else { return }
+        for address in config.api.listen {
+            let fd: Int32
+            switch address {
+            case .tcp(let a): fd = try Socket.listen(on: a)
+            case .unix(let path): fd = try Self.listenUnix(path)
+            }
+            var l = APIServer.Listener(fd: fd, address: address)
+            l.registration = try selector.register(fd, .apiListener(api.listeners.count))
+            api.listeners.append(l)
+            let shown = if case .tcp = address { Socket.localAddress(fd) } else { address.description }
+            logger.info("listening on \(shown) (api)", ["LISTEN": shown, "PROTOCOL": "api"])
+        }
+    }
+
+    /// A listening Unix stream socket at `path`, mode 0666: the peers are
+    /// told apart by SO_PEERCRED, not by the file's mode. A stale socket
+    /// file is replaced; any other file at `path` is left alone (EADDRINUSE).
+    static func listenUnix(_ path: String) throws(SystemError) -> Int32 {
+        var st = stat()
+        if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK { unlink(path) }
+        let fd = try Sys.blocking("socket") { Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+            for (i, b) in bytes.enumerated() where i < raw.count - 1 { raw[i] = b }
+        }
+        do throws(SystemError) {
+            _ = try Sys.blocking("bind unix:\(path)") {
+                withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            }
+            chmod(path, 0o666)
+            _ = try Sys.blocking("listen unix:\(path)") { Glibc.listen(fd, 128) }
+            return fd
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+    }
+
+    /// SO_PEERCRED of a connected Unix socket (unix(7)): the peer's
+    /// credentials as of connect(2). `struct ucred` is `{pid_t pid; uid_t
+    /// uid; gid_t gid;}` on Linux; Glibc's Swift import leaves it out
+    /// (it needs _GNU_SOURCE), so the same 12 bytes are read into a tuple.
+    static func peerCredentials(_ fd: Int32) -> (pid: Int32, uid: UInt32, gid: UInt32)? {
+        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var length = socklen_t(MemoryLayout.size(ofValue: cred))
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0, length == 12 else { return nil }
+        return (cred.0, cred.1, cred.2)
+    }
+
+    /// Accepts on API listener `index`; one over `[api] max_connections` is closed at once.
+    func acceptAPI(_ index: Int) {
+        guard !stopping else { return }
+        let listener = api.listeners[index]
+        let now = clock()
+        for _ in 0..<APIServer.acceptsPerWakeup {
+            let accepted: (fd: Int32, peer: sockaddr_storage)
+            do {
+                guard case .done(let a) = try Sys.accept(listener.fd) else { return }
+                accepted = a
+            } catch {
+                if error.errno == ECONNABORTED || error.errno == EPROTO || error.errno == EPERM { continue }
+                logger.peerWarning(reason: "api_accept_failed", nowMs: now, "API accept on \(listener.address) failed: \(error)", ["DETAIL": error.description])
+                return
+            }
+            let peer: APIServer.Peer
+            if case .unix = listener.address {
+                guard let cred = Self.peerCredentials(accepted.fd) else {
+                    Sys.close(accepted.fd)
+                    continue
+                }
+                peer = .unix(uid: cred.uid, gid: cred.gid, pid: cred.pid)
+            } else {
+                peer = .tcp(Socket.format(accepted.peer))
+                Sys.setOption(accepted.fd, Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+            }
+            guard api.count < config.api.maxConnections else {
+                api.refusedAtAccept &+= 1
+                logger.peerWarning(reason: "api_max_connections", nowMs: now,
+                                   "refused API connection from \(peer.description): api.max_connections (\(config.api.maxConnections)) reached")
+                let answer = apiErrorResponse(APIError(503, "too_many_connections", "api.max_connections (\(config.api.maxConnections)) reached"), close: true)
+                _ = answer.withUnsafeBytes { Sys.send(accepted.fd, $0.baseAddress!, $0.count) }
+                Sys.close(accepted.fd)
+                continue
+            }
+            let slot = api.insert(APIServer.Connection(fd: accepted.fd, peer: peer, idleDeadlineMs: now + APIServer.idleTimeoutMs))
+            do {
+                api.connections[slot]!.registration = try selector.register(accepted.fd, .apiConnection(slot))
+            } catch {
+                _ = api.remove(slot)
+                Sys.close(accepted.fd)
+            }
+        }
+    }
+
+    /// Readiness of API connection `id`: read and answer, then write what is owed.
+    func apiReady(_ id: Int, _ readiness: Readiness) {
+        guard api.connections.indices.contains(id), api.connections[id] != nil else { return }
+        let now = clock()
+        if api.connections[id]!.reading && (readiness.contains(.readable) || readiness.contains(.hangup)) {
+            readAPI(id, now: now)
+        }
+        guard api.connections[id] != nil else { return }
+        flushAPI(id)
+    }
+
+    private func readAPI(_ id: Int, now: UInt64) {
+        var total = 0
+        while total < APIServer.readBytesPerWakeup {
+            let result = scratch.withUnsafeMutableBytes { Sys.read(api.connections[id]!.fd, $0.baseAddress!, $0.count) }
+            switch result {
+            case .done(let n):
+                total += n
+                if api.connections[id]!.input.isEmpty && api.connections[id]!.requestDeadlineMs == nil {
+                    api.connections[id]!.requestDeadlineMs = now + APIServer.requestTimeoutMs
+                }
+                api.connections[id]!.input.append(contentsOf: scratch[0..<n])
+                answerAPI(id, now: now)
+                guard api.connections[id]?.reading == true else { return }
+            case .wouldBlock:
+                return
+            case .endOfFile:
+                // Answer what is whole, then close: the peer sends no more.
+                api.connections[id]!.closeAfterWrite = true
+                api.connections[id]!.reading = false
+                return
+            case .failed:
+                closeAPI(id)
+                return
+            }
+        }
+    }
+
+    /// Answers every whole request in the input, in order (pipelining),
+    /// until the output is over ``APIServer/outputPauseBytes``.
+    private func answerAPI(_ id: Int, now: UInt64) {
+        while var c = api.connections[id], !c.closeAfterWrite, c.output.count < APIServer.outputPauseBytes {
+            let step = c.input.withUnsafeBytes { c.reader.next($0) }
+            switch step {
+            case .needMore(let sendContinue):
+                if sendContinue { c.output += Array("HTTP/1.1 100 Continue\r\n\r\n".utf8) }
+                api.connections[id] = c
+                return
+            case .error(let e):
+                let error = APIError(e.status, Self.httpErrorCode(e.status), e.reason)
+                c.output += apiErrorResponse(error, close: true)
+                c.closeAfterWrite = true
+                c.reading = false
+                c.input = []
+                api.requests[e.status, default: 0] &+= 1
+                logger.peerWarning(reason: "api_bad_request", nowMs: now, "\(c.peer.description): API request refused: \(e)",
+                                   ["CLIENT_ADDR": c.peer.description, "STATUS": String(e.status), "DETAIL": e.reason])
+                api.connections[id] = c
+                return
+            case .request(let request, let bodyRange, let consumed, let keepAlive):
+                api.connections[id] = c  // the reader's state, before the handler runs
+                let body = Array(c.input[bodyRange])
+                let response = answer(request, body: body, peer: c.peer, now: now)
+                guard var after = api.connections[id] else { return }
+                api.requests[response.status, default: 0] &+= 1
+                after.output += response.serialized(close: !keepAlive)
+                after.input.removeSubrange(0..<consumed)
+                after.requestDeadlineMs = after.input.isEmpty ? nil : now + APIServer.requestTimeoutMs
+                after.idleDeadlineMs = now + APIServer.idleTimeoutMs
+                if !keepAlive {
+                    after.closeAfterWrite = true
+                    after.reading = false
+                }
+                api.connections[id] = after
+            }
+        }
+    }
+
+    /// Writes what `id` is owed; closes it once written when it is to close;
+    /// reads again once nothing is owed.
+    func flushAPI(_ id: Int) {
+        guard var c = api.connections[id] else { return }
+        while !c.output.isEmpty {
+            let r = c.output.withUnsafeBytes { Sys.send(c.fd, $0.baseAddress!, $0.count) }
+            switch r {
+            case .done(let n): c.output.removeSubrange(0..<n)
+            case .wouldBlock: break
+            case .endOfFile, .failed:
+                api.connections[id] = c
+                closeAPI(id)
+                return
+            }
+            if case .wouldBlock = r { break }
+        }
+        if c.output.isEmpty && c.closeAfterWrite {
+            api.connections[id] = c
+            closeAPI(id)
+            return
+        }
+        let wantRead = c.output.count < APIServer.outputPauseBytes && !c.closeAfterWrite
+        let wantWrite = !c.output.isEmpty
+        if wantRead != c.reading || wantWrite != c.writing {
+            c.reading = wantRead
+            c.writing = wantWrite
+            if let r = c.registration { try? selector.setInterest(r, readable: wantRead, writable: wantWrite) }
+        }
+        api.connections[id] = c
+        // Input held while the output was full: answer it now.
+        if wantRead && !c.input.isEmpty && c.output.isEmpty { answerAPI(id, now: clock()); if api.connections[id]?.output.isEmpty == false { flushAPI(id) } }
+    }
+
+    func closeAPI(_ id: Int) {
+        guard let c = api.remove(id) else { return }
+        if let r = c.registration { selector.deregister(r) }
+        Sys.close(c.fd)
+    }
+
+    /// Request deadlines (408, then closed: a slowloris costs itself only) and idle keep-alive connections.
+    func expireAPI(now: UInt64) {
+        for id in api.connections.indices {
+            guard let c = api.connections[id] else { continue }
+            if let deadline = c.requestDeadlineMs, now >= deadline, !c.closeAfterWrite {
+                api.connections[id]!.output += apiErrorResponse(APIError(408, "request_timeout",
+                    "the request was not complete within \(APIServer.requestTimeoutMs / 1000) s"), close: true)
+                api.connections[id]!.closeAfterWrite = true
+                api.connections[id]!.reading = false
+                api.connections[id]!.input = []
+                api.requests[408, default: 0] &+= 1
+                flushAPI(id)
+            } else if c.requestDeadlineMs == nil && c.output.isEmpty && now >= c.idleDeadlineMs {
+                closeAPI(id)
+            } else if let deadline = c.requestDeadlineMs, now >= deadline + APIServer.requestTimeoutMs {
+                closeAPI(id)  // the 408 itself was not taken
+            }
+        }
+    }
+
+    /// Closes the API's listeners and connections (stop, hand-over).
+    func closeAPIAll() {
+        for id in api.connections.indices where api.connections[id] != nil { closeAPI(id) }
+        for l in api.listeners {
+            if let r = l.registration { selector.deregister(r) }
+            Sys.close(l.fd)
+            if case .unix(let path) = l.address { unlink(path) }
+        }
+        api.listeners = []
+    }
+
+    static func httpErrorCode(_ status: Int) -> String {
+        switch status {
+        case 408: "request_timeout"
+        case 411: "length_required"
+        case 413: "payload_too_large"
+        case 431: "headers_too_large"
+        case 501: "not_implemented"
+        default: "bad_request"
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import RoomcastCore
+
+// Metrics.swift: GET /metrics in the Prometheus text exposition format
+// 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/),
+// every family under `roomcast_`, counters ending in `_total`.
+
+extension Server {
+    /// The exposition text: `# HELP`, `# TYPE`, then the samples of each family.
+    func metricsText(now: UInt64) -> String {
+        var out = ""
+        func family(_ name: String, _ type: String, _ help: String, _ samples: [(String, UInt64)]) {
+            out += "# HELP roomcast_\(name) \(help)\n# TYPE roomcast_\(name) \(type)\n"
+            for (labels, value) in samples { out += "roomcast_\(name)\(labels) \(value)\n" }
+        }
+        var byDialect: [String: UInt64] = ["ltb": 0, "json": 0, "websocket": 0]
+        for id in table.ids where table.isOpen(id) { byDialect[table.slots[id]!.dialect.name, default: 0] += 1 }
+        family("clients", "gauge", "Open client connections by dialect.",
+               byDialect.keys.sorted().map { ("{dialect=\"\($0)\"}", byDialect[$0]!) })
+        family("rooms", "gauge", "Rooms with at least one member here.", [("", UInt64(relay.roomCount))])
+        family("frames_received_total", "counter", "Complete frames read from clients and published through the API.", [("", status.framesIn)])
+        family("frames_delivered_total", "counter", "Frames queued for a recipient.", [("", table.fanout.deliveries)])
+        family("auth_refusals_total", "counter", "Frames refused by [auth].", [("", auth.refusals)])
+        family("api_connections", "gauge", "Open API connections.", [("", UInt64(api.count))])
+        family("api_requests_total", "counter", "API requests answered, by HTTP status.",
+               api.requests.keys.sorted().map { ("{code=\"\($0)\"}", api.requests[$0]!) })
+        family("uptime_seconds", "gauge", "Seconds since the daemon started.", [("", (now &- status.startedMs) / 1000)])
+        var pending: UInt64 = 0
+        for id in table.ids { pending &+= UInt64(table.fanout.outboxes[id].pending) }
+        family("output_pending_bytes", "gauge", "Bytes queued for clients and not yet taken by the kernel.", [("", pending)])
+        family("refusals_total", "counter", "Connections refused or closed by policy, by reason.", [
+            ("{reason=\"heartbeat_timeout\"}", status.evictions),
+            ("{reason=\"proxy_from\"}", status.proxyRefused),
+            ("{reason=\"proxy_header\"}", status.proxyHeaderFailures),
+            ("{reason=\"token_expired\"}", auth.expired),
+            ("{reason=\"api_max_connections\"}", api.refusedAtAccept),
+        ])
+        let c = cluster?.figures
+        family("cluster_connected", "gauge", "1 while both Redis connections of [cluster] are ready (0 when off or down).", [("", c?.connected == true ? 1 : 0)])
+        family("cluster_frames_total", "counter", "Cluster traffic by direction: published to Redis, received from other daemons, dropped, gaps.", [
+            ("{direction=\"published\"}", c?.published ?? 0), ("{direction=\"received\"}", c?.received ?? 0),
+            ("{direction=\"dropped\"}", c?.dropped ?? 0), ("{direction=\"gap\"}", c?.gaps ?? 0),
+        ])
+        out += "# HELP roomcast_loop_wait_seconds Time each loop iteration spent waiting in epoll_wait(2).\n# TYPE roomcast_loop_wait_seconds histogram\n"
+        out += loopWait.exposition("roomcast_loop_wait_seconds")
+        out += "# HELP roomcast_loop_iteration_seconds Time each loop iteration spent working (events, timers, flush).\n# TYPE roomcast_loop_iteration_seconds histogram\n"
+        out += loopWork.exposition("roomcast_loop_iteration_seconds")
+        return out
+    }
+}
