@@ -156,6 +156,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             if section == "[json]" && line.hasPrefix("#listen") { return line }
             if section == "[websocket]" && line.hasPrefix("#listen") { return line }
             if section == "[cluster]" && line.hasPrefix("#redis") { return line }
+            if line.hasPrefix("#listen_tls") { return line }
             return line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
         }.joined(separator: "\n")
         #expect(uncommented != text)
@@ -181,9 +182,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "tls"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 48)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 59)
     }
 
     /// The operator's documentation names every key: the table of

@@ -41,6 +41,8 @@ public struct Config: Equatable, Sendable {
     public var webSocket: WebSocket
     public var cluster: Cluster
     public var auth: Auth
+    /// `[tls]` (TLSSection.swift).
+    public var tls = TLS()
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -86,7 +88,7 @@ public struct Config: Equatable, Sendable {
         let doc = try INIDocument.parse(text, file: file)
         var config = Config.defaults
         var seen: [String: Int] = [:]  // "section.key" → first line
-        var listen: [ListenAddress: Int] = [:]  // over server.listen, json.listen and websocket.listen
+        var listen: [ListenAddress: Int] = [:]  // over every section's listen and listen_tls
         var listenReplaced = false
         for item in doc.items {
             switch item {
@@ -104,7 +106,7 @@ public struct Config: Equatable, Sendable {
                 guard let spec = specs.first(where: { $0.section == e.section })?
                     .keys.first(where: { $0.name == e.key })
                 else { throw fail(unknownKeyReason(e.section, e.key)) }
-                if e.key == "listen" && (e.section == "server" || e.section == "json" || e.section == "websocket") {
+                if (e.key == "listen" || e.key == "listen_tls") && (e.section == "server" || e.section == "json" || e.section == "websocket") {
                     guard let address = ListenAddress.parse(e.value) else {
                         throw fail("\(name): \(quote(e.value)) is not a listen address "
                             + "(expected IPv4:PORT or [IPv6]:PORT, e.g. 0.0.0.0:9898 or [::]:9898)")
@@ -113,7 +115,13 @@ public struct Config: Equatable, Sendable {
                         throw fail("\(name): \(address) " + (other == address ? "is already listed at line \(first)"
                             : "overlaps \(other) at line \(first) (a wildcard address takes the port on every address)"))
                     }
-                    if e.section == "json" {
+                    if e.key == "listen_tls" {
+                        switch e.section {
+                        case "json": config.json.listenTLS.append(address)
+                        case "websocket": config.webSocket.listenTLS.append(address)
+                        default: config.server.listenTLS.append(address)
+                        }
+                    } else if e.section == "json" {
                         config.json.listen.append(address)
                     } else if e.section == "websocket" {
                         config.webSocket.listen.append(address)
@@ -130,6 +138,7 @@ public struct Config: Equatable, Sendable {
                         + "(only listen may repeat)")
                 }
                 seen[name] = e.line
+                if e.section == "tls" { config.tls.lines[e.key] = e.line }
                 do {
                     try spec.apply(&config, e.value)
                 } catch {
@@ -169,6 +178,7 @@ public struct Config: Equatable, Sendable {
         try checkLimitsRules(rule)
         try checkJSONRules(rule)
         try checkAuthRules(rule)
+        try checkTLSRules(rule)
     }
 }
 
@@ -204,4 +214,4 @@ struct RuleContext {
 
 /// The single source of truth for sections, keys and their order; each
 /// section's keys, parsing and ranges are in its own file (ServerSection.swift ...).
-let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth]
+let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth, .tls]

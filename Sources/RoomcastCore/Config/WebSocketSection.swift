@@ -22,6 +22,10 @@ extension Config {
         public var echo: Bool
         /// `page`: serve the chat page at `/`; default no.
         public var page: Bool
+        /// `listen_tls`, repeatable: WebSocket over TLS, `wss://` (`[tls]`); none by default.
+        public var listenTLS: [ListenAddress] = []
+        /// `proxy_protocol` and `proxy_from` for the WebSocket listeners (ProxyKeys.swift).
+        public var proxy: ProxySettings = .off
     }
 }
 
@@ -29,6 +33,7 @@ extension SectionSpec {
     /// `[websocket]`: its keys, in the order of config/roomcastd.conf.
     static let webSocket = SectionSpec(section: "websocket", keys: [
         KeySpec(name: "listen") { _, _ throws(ValueError) in },  // handled in Config.parse
+        KeySpec(name: "listen_tls") { _, _ throws(ValueError) in },  // handled in Config.parse
         KeySpec(name: "allowed_origins") { c, v throws(ValueError) in
             c.webSocket.allowedOrigins = try origins(v)
         },
@@ -40,7 +45,7 @@ extension SectionSpec {
         },
         KeySpec(name: "echo") { c, v throws(ValueError) in c.webSocket.echo = try boolean(v) },
         KeySpec(name: "page") { c, v throws(ValueError) in c.webSocket.page = try boolean(v) },
-    ])
+    ] + Config.ProxySettings.keys(\.webSocket.proxy))
 }
 
 /// A comma-separated list of origins, each `http://` or `https://` with a
