@@ -65,10 +65,14 @@ var config: Config
 // `[auth] key_file` is read with the config: a bad, foreign or readable-by-
 // others key file refuses the start as a bad config does (exit 78).
 var keys: AuthKeys?
+// `[tls]`'s certificate and key too, when a listen_tls is set: a file OpenSSL
+// refuses is reported at its line, with OpenSSL's reason (exit 78).
+var tls: TLSContext?
 do {
     config = try Config.load(path: invocation.configPath)
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
     keys = try Server.loadKeys(config)
+    tls = try Server.loadTLS(config, file: invocation.configPath)
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
     flushBeforeExit(systemd)
@@ -107,7 +111,7 @@ if config.log.target == .journal, logger.sink != .journal {
 do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
-                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys)
+                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys, tls: tls)
     let status = try server.run()
     flushBeforeExit(systemd, logger)
     exit(status)

@@ -53,6 +53,7 @@ extension Server {
         let old = config
         config = plan.applied
         reloadKeys()
+        reloadTLS()
         relay.reconfigure(RelaySettings(config))
         table.fanout.relaySettings = relay.settings
         table.fanout.outputHardBytes = config.limits.outputHardBytes
