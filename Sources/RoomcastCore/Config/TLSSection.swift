@@ -40,10 +40,16 @@ extension Config {
         /// handshake in this time is closed, in ms, 100ms ... 5min. Default 10s.
         public var handshakeTimeoutMs: UInt64 = 10_000
         /// The config file's line of each `[tls]` key set (`cert_file` → 12),
-        /// so that a certificate OpenSSL refuses at start is reported at its line.
+        /// so that a certificate OpenSSL refuses at start is reported at its
+        /// line. Not a setting: equality ignores it.
         public var lines: [String: Int] = [:]
 
         public init() {}
+
+        public static func == (a: TLS, b: TLS) -> Bool {
+            (a.certFile, a.keyFile, a.caFile, a.clientAuth, a.minVersion, a.handshakeTimeoutMs)
+                == (b.certFile, b.keyFile, b.caFile, b.clientAuth, b.minVersion, b.handshakeTimeoutMs)
+        }
     }
 
     /// Every `listen_tls` address, of every section.

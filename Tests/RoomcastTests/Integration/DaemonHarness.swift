@@ -345,6 +345,8 @@ final class Daemon {
     private(set) var jsonPort: UInt16?
     /// The port of the `[websocket]` listener (docs/protocol.md §8), when configured.
     private(set) var webSocketPort: UInt16?
+    /// The ports of the `listen_tls` listeners by dialect (`ltb`, `json`, `websocket`), when configured.
+    private(set) var tlsPorts: [String: UInt16] = [:]
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
     /// waits for READY=1 and `roomcastd ready` on stderr (10 s in all), so
@@ -428,7 +430,9 @@ final class Daemon {
             guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
                 throw HarnessError("no port in log line: \(line)")
             }
-            if line.contains("(json)") {
+            if let tls = ["ltb", "json", "websocket"].first(where: { line.contains("(\($0)+tls)") }) {
+                tlsPorts[tls] = port
+            } else if line.contains("(json)") {
                 jsonPort = port
             } else if line.contains("(websocket)") {
                 webSocketPort = port
