@@ -46,6 +46,11 @@ static inline BIO *roomcast_tls_prefix_bio(const void *bytes, int n) {
     return b;
 }
 
+/// The name a client sends in its ClientHello (SNI, RFC 6066 §3; SSL_set_tlsext_host_name).
+static inline int roomcast_tls_set_server_name(SSL *ssl, const char *name) {
+    return (int)SSL_set_tlsext_host_name(ssl, name);
+}
+
 /// Bytes still unread in a memory BIO.
 static inline size_t roomcast_tls_bio_pending(BIO *b) { return BIO_ctrl_pending(b); }
 

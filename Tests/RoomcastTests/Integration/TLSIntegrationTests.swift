@@ -184,4 +184,22 @@ struct TLSIntegrationTests {
             #expect(!r.stderr.contains("c2VjcmV0"), "key bytes never reach the log")
         }
     }
+
+    @Test("roomcast speaks TLS: --ca-file verifies, --tls alone refuses a self-signed certificate, --insecure does not check")
+    func commandLineClient() throws {
+        let certs = try TestCertificates()
+        let d = try Daemon(Self.settings(certs))
+        let port = try #require(d.tlsPorts["ltb"])
+        let listener = try RoomcastCommand(["listen", "--ca-file", certs.cert, "-s", "localhost:\(port)", "-n", "bob"])
+        #expect(listener.waitForStderr("listening in the default room as bob"), "\(listener.stderr)")
+        let sent = try RoomcastCommand(["send", "--ca-file", certs.cert, "-s", "localhost:\(port)", "-n", "alice", "text", "hello over TLS"]).finish()
+        #expect(sent.status == 0, "\(sent.stderr)")
+        #expect(listener.waitForStdout("alice: hello over TLS"), "\(listener.stdout)")
+        let refused = try RoomcastCommand(["send", "--tls", "-s", "localhost:\(port)", "-n", "eve", "text", "x"]).finish()
+        #expect(refused.status == 1 && refused.stderr.contains("TLS: handshake with localhost:\(port): self-signed certificate"), "\(refused.stderr)")
+        let insecure = try RoomcastCommand(["send", "--insecure", "-s", "127.0.0.1:\(port)", "-n", "mallory", "text", "unchecked"]).finish()
+        #expect(insecure.status == 0, "\(insecure.stderr)")
+        #expect(listener.waitForStdout("mallory: unchecked"))
+        #expect(!listener.stdout.contains("eve"), "the refused client never joined")
+    }
 }
