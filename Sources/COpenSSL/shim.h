@@ -18,13 +18,18 @@
 // TLS in the daemon (docs/protocol.md §16): the macros of ssl.h and bio.h
 // that Swift cannot import, as functions.
 
-/// SSL_CTX settings every roomcastd context gets: idle connections free their
-/// buffers, SSL_write may return after one record and be retried from a
-/// moved buffer holding the same bytes (SSL_write(3)), no renegotiation, no
-/// compression, kernel TLS where the kernel offers it, an EOF without
-/// close_notify read as an EOF, and `min_version` as the oldest protocol.
-static inline int roomcast_tls_configure(SSL_CTX *ctx, int min_version) {
-    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+/// SSL_CTX settings every roomcastd context gets: SSL_write may return after
+/// one record and be retried from a moved buffer holding the same bytes
+/// (SSL_write(3)), no renegotiation, no compression, kernel TLS where the
+/// kernel offers it, an EOF without close_notify read as an EOF, and
+/// `min_version` as the oldest protocol. With `release_buffers`, every
+/// connection frees its record buffers whenever they are empty
+/// (SSL_MODE_RELEASE_BUFFERS); without, the daemon frees those of idle
+/// connections on its sweep (SSL_free_buffers(3)), so a busy one does not pay
+/// a malloc and a free of 16 KiB per record.
+static inline int roomcast_tls_configure(SSL_CTX *ctx, int min_version, int release_buffers) {
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+                          | (release_buffers ? SSL_MODE_RELEASE_BUFFERS : 0));
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_ENABLE_KTLS
                              | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
     return (int)SSL_CTX_set_min_proto_version(ctx, min_version);

@@ -159,7 +159,7 @@ extension Server {
         for id in table.ids where table.slots[id]!.dialect == .webSocket { Sys.shutdownBoth(table.slots[id]!.fd) }
         let tlsClosed = closeTLSForRestart()
         let carried = cluster?.carry()
-        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing && table.slots[$0]!.dialect != .webSocket && table.slots[$0]!.tls == nil },
+        let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing && table.slots[$0]!.dialect != .webSocket },
                                 besides: carried.map(HandOverState.clusterBytesBound) ?? 0)
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
@@ -399,14 +399,18 @@ extension Server {
     /// crash wait in the backlog instead of being refused. Stored listeners
     /// the config no longer names are closed and removed.
     func keepListenersInStore() {
+        let storedNames = Set(handOver.storedListeners.map(\.name))
         handOver.storedListeners.forEach { Sys.close($0.fd) }
         handOver.storedListeners = []
         handOver.listenersInStore = 0
         guard canHandOver, systemd.listenFDs.isEmpty else { return }
         for (dialect, tls) in [(Dialect.ltb, false), (.json, false), (.webSocket, false), (.ltb, true), (.json, true), (.webSocket, true)] {
             let name = HandOverName.listener(dialect, tls: tls)
-            systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             let fds = listeners.all.filter { $0.dialect == dialect && $0.tls == tls }.map(\.fd)
+            // TLS kinds only when in use now or before: every notification
+            // waits in PID 1's queue (a datagram socket's, of 10 by default).
+            if tls && fds.isEmpty && !storedNames.contains(name) { continue }
+            systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             if !fds.isEmpty, fds.count > systemd.fdStoreMax - handOver.listenersInStore {
                 logger.warning("no room in systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) for the \(name) listener: the port closes during restarts",
                                ["REASON": "fdstore_budget"])

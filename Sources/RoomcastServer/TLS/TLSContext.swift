@@ -22,7 +22,7 @@ public final class TLSContext {
         self.ctx = ctx
         self.handshakeTimeoutMs = settings.handshakeTimeoutMs
         let floor = settings.minVersion == .tls13 ? TLS1_3_VERSION : TLS1_2_VERSION
-        guard roomcast_tls_configure(ctx, floor) == 1 else { throw LoadError(key: "tls.min_version", reason: Self.openSSLReason()) }
+        guard roomcast_tls_configure(ctx, floor, 0) == 1 else { throw LoadError(key: "tls.min_version", reason: Self.openSSLReason()) }
         guard SSL_CTX_use_certificate_chain_file(ctx, settings.certFile) == 1 else {
             throw LoadError(key: "tls.cert_file", reason: "\(settings.certFile): " + Self.openSSLReason())
         }

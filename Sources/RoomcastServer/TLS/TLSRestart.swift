@@ -23,8 +23,9 @@ extension Server {
         }
     }
 
-    /// At the hand-over: close_notify to every TLS client, then the socket
-    /// shut down (the process exits right after).
+    /// At the hand-over: close_notify to every TLS client, the socket shut
+    /// down and the session freed; each is marked closing, so that it is not
+    /// handed over (and is reaped as a plain socket if the hand-over fails).
     /// - Returns: how many were closed (the hand-over's journal line).
     func closeTLSForRestart() -> Int {
         var n = 0
@@ -34,6 +35,9 @@ extension Server {
             _ = SSL_shutdown(ssl)
             ERR_clear_error()
             Sys.shutdownBoth(table.slots[id]!.fd)
+            forgetTLS(id, ssl)
+            SSL_free(ssl)
+            if table.state(id) != .closing { table.close(id, "restart: a TLS session cannot move to the next process") }
             n += 1
         }
         return n
