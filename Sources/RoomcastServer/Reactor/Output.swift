@@ -112,7 +112,6 @@ extension Server {
     /// buffers back to the kernel, so idle connections cost no RSS.
     func sweepIdleBuffersIfDue(now: UInt64) {
         guard now >= nextSweepMs else { return }
-        if !tls.ids.isEmpty { freeTLSBuffers() }  // TLS/TLSConnection.swift
         if table.fanout.sweepIdleBuffers() >= Self.trimAfterFreedBytes { _ = cshim_malloc_trim() }
         nextSweepMs = now + Self.bufferSweepMs
     }

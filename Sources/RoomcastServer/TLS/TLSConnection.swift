@@ -112,7 +112,6 @@ extension Server {
     func adoptTLS(_ id: Int, _ ssl: OpaquePointer) {
         table.slots[id]!.tls = ssl
         table.fanout.outboxes[id].tls = ssl
-        tls.ids.insert(id)
         tls.connections += 1
         if roomcast_tls_ktls_send(ssl) == 1 { tls.kernelTLS += 1 }
     }
@@ -126,23 +125,9 @@ extension Server {
     /// `id` no longer has its session (the caller frees the SSL): uncounted,
     /// out of the slot and the outbox.
     func forgetTLS(_ id: Int, _ ssl: OpaquePointer) {
-        tls.ids.remove(id)
         tls.connections -= 1
         if roomcast_tls_ktls_send(ssl) == 1 { tls.kernelTLS -= 1 }
         table.slots[id]!.tls = nil
         table.fanout.outboxes[id].tls = nil
-    }
-}
-
-extension Server {
-    /// The buffer sweep's TLS part (every `bufferSweepMs`): OpenSSL's record
-    /// buffers (about 17 KiB each way) are freed where they are empty
-    /// (SSL_free_buffers(3) keeps those holding a partial record), so an idle
-    /// TLS connection costs no buffer while a busy one keeps its buffers
-    /// between sweeps instead of a malloc and a free per record.
-    func freeTLSBuffers() {
-        for id in tls.ids {
-            if let ssl = table.slots[id]?.tls { _ = SSL_free_buffers(ssl) }
-        }
     }
 }

@@ -9,6 +9,13 @@ import RoomcastCore
 /// reference).
 public final class TLSContext {
     let ctx: OpaquePointer
+    /// SSL_MODE_RELEASE_BUFFERS: each connection frees its record buffers
+    /// whenever they are empty. Measured (make bench-tls, 1,000 members,
+    /// 64 B): the same server CPU per delivery as keeping them and freeing
+    /// idle ones on the 1 s sweep (SSL_free_buffers), and 15.8 KiB per idle
+    /// TLS connection instead of 19.6 KiB (glibc keeps what the sweep frees).
+    static let releaseBuffers: Int32 = 1
+
     /// `[tls] handshake_timeout`, in ms.
     let handshakeTimeoutMs: UInt64
 
@@ -22,7 +29,7 @@ public final class TLSContext {
         self.ctx = ctx
         self.handshakeTimeoutMs = settings.handshakeTimeoutMs
         let floor = settings.minVersion == .tls13 ? TLS1_3_VERSION : TLS1_2_VERSION
-        guard roomcast_tls_configure(ctx, floor, 0) == 1 else { throw LoadError(key: "tls.min_version", reason: Self.openSSLReason()) }
+        guard roomcast_tls_configure(ctx, floor, Self.releaseBuffers) == 1 else { throw LoadError(key: "tls.min_version", reason: Self.openSSLReason()) }
         guard SSL_CTX_use_certificate_chain_file(ctx, settings.certFile) == 1 else {
             throw LoadError(key: "tls.cert_file", reason: "\(settings.certFile): " + Self.openSSLReason())
         }

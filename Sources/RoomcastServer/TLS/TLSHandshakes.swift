@@ -20,8 +20,6 @@ struct TLSState {
     var handshakes: UInt64 = 0
     var failures: UInt64 = 0
     var timeouts: UInt64 = 0
-    /// The ids of the open TLS connections (the buffer sweep's list).
-    var ids: Set<Int> = []
     /// Open TLS connections, and those whose sends the kernel encrypts (kTLS).
     var connections = 0
     var kernelTLS = 0
