@@ -14,4 +14,49 @@
 #include <openssl/err.h>
 #include <openssl/rand.h>
 
+
+// TLS in the daemon (docs/protocol.md §16): the macros of ssl.h and bio.h
+// that Swift cannot import, as functions.
+
+/// SSL_CTX settings every roomcastd context gets: SSL_write may return after
+/// one record and be retried from a moved buffer holding the same bytes
+/// (SSL_write(3)), no renegotiation, no compression, kernel TLS where the
+/// kernel offers it, an EOF without close_notify read as an EOF, and
+/// `min_version` as the oldest protocol. With `release_buffers`, every
+/// connection frees its record buffers whenever they are empty
+/// (SSL_MODE_RELEASE_BUFFERS); without, the daemon frees those of idle
+/// connections on its sweep (SSL_free_buffers(3)), so a busy one does not pay
+/// a malloc and a free of 16 KiB per record.
+static inline int roomcast_tls_configure(SSL_CTX *ctx, int min_version, int release_buffers) {
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
+                          | (release_buffers ? SSL_MODE_RELEASE_BUFFERS : 0));
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_ENABLE_KTLS
+                             | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    return (int)SSL_CTX_set_min_proto_version(ctx, min_version);
+}
+
+/// Whether the kernel encrypts what this connection sends (BIO_get_ktls_send).
+static inline int roomcast_tls_ktls_send(SSL *ssl) {
+    BIO *b = SSL_get_wbio(ssl);
+    return b != NULL && BIO_get_ktls_send(b) ? 1 : 0;
+}
+
+/// A memory BIO holding `n` bytes that were read from the socket before the
+/// handshake began (after a PROXY header): reading past them asks for a retry.
+static inline BIO *roomcast_tls_prefix_bio(const void *bytes, int n) {
+    BIO *b = BIO_new(BIO_s_mem());
+    if (b == NULL) return NULL;
+    if (BIO_write(b, bytes, n) != n) { BIO_free(b); return NULL; }
+    BIO_set_mem_eof_return(b, -1);
+    return b;
+}
+
+/// The name a client sends in its ClientHello (SNI, RFC 6066 §3; SSL_set_tlsext_host_name).
+static inline int roomcast_tls_set_server_name(SSL *ssl, const char *name) {
+    return (int)SSL_set_tlsext_host_name(ssl, name);
+}
+
+/// Bytes still unread in a memory BIO.
+static inline size_t roomcast_tls_bio_pending(BIO *b) { return BIO_ctrl_pending(b); }
+
 #endif

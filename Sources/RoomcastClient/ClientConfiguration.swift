@@ -60,6 +60,25 @@ public struct ReconnectPolicy: Equatable, Sendable {
     }
 }
 
+/// TLS to a `listen_tls` listener (docs/protocol.md §16), with OpenSSL.
+public struct ClientTLS: Equatable, Sendable {
+    /// PEM file of the CAs that may sign the daemon's certificate; nil: the
+    /// system's trust store (SSL_CTX_set_default_verify_paths(3)).
+    public var caFile: String?
+    /// Check the certificate and its name (default). False (`--insecure`)
+    /// accepts any certificate: for tests only.
+    public var verify = true
+    /// The name sent (SNI) and checked against the certificate; nil: the
+    /// host of the server address.
+    public var serverName: String?
+
+    public init(caFile: String? = nil, verify: Bool = true, serverName: String? = nil) {
+        self.caFile = caFile
+        self.verify = verify
+        self.serverName = serverName
+    }
+}
+
 /// Everything a `RoomcastClient` needs to know before it connects.
 public struct ClientConfiguration: Sendable {
     /// The daemon's address (default `127.0.0.1:9898`).
@@ -85,6 +104,8 @@ public struct ClientConfiguration: Sendable {
     /// never in texts or gifts. Nil: no token. Renew it before its `exp` by
     /// setting a new one and joining again.
     public var token: String?
+    /// TLS; nil (default): plain TCP.
+    public var tls: ClientTLS?
 
     /// The defaults above, for the daemon at `server`.
     public init(server: ServerAddress = .default) {

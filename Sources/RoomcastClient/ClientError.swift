@@ -22,6 +22,9 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     case notJoined
     /// A body of `bytes` bytes is over the configured `maxFrameBytes`.
     case bodyTooLarge(bytes: Int, limit: Int)
+    /// TLS failed (a CA file OpenSSL refuses, a certificate that does not
+    /// verify, a handshake or record error); `reason` is OpenSSL's.
+    case tls(reason: String)
 
     init(_ error: SystemError) { self = .system(call: error.call, errno: error.errno) }
 
@@ -37,6 +40,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .notConnected: "not connected"
         case .notJoined: "not joined: join a room first"
         case .bodyTooLarge(let bytes, let limit): "message of \(bytes) bytes is over the \(limit)-byte frame limit"
+        case .tls(let reason): "TLS: \(reason)"
         }
     }
 }

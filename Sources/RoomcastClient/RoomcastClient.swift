@@ -1,5 +1,6 @@
 @_exported import RoomcastCore
 import CShim
+import COpenSSL
 import Glibc
 import RoomcastIO
 
@@ -47,20 +48,28 @@ public final class RoomcastClient {
     /// Bytes queued for the daemon and not yet accepted by the kernel.
     public var pendingOutputBytes: Int { output.count - outputStart }
 
-    private let loop: EventLoop
+    let loop: EventLoop
     private let onEvent: (ClientEvent) -> Void
     private let onStatus: (ClientStatus) -> Void
 
-    private var fd: Int32 = -1
-    private var watchID: WatchID?
+    var fd: Int32 = -1
+    /// TLS (`configuration.tls`): this connection's session, and whether its
+    /// handshake is still going (the state is `.connecting` until it is done).
+    var ssl: OpaquePointer?
+    var handshaking = false
+    /// The TLS error behind the last `.failed` of a TLS read or write.
+    var tlsError: ClientError?
+    /// The OpenSSL context of every connection of this client (ClientTLS.swift).
+    var tlsContext: OpaquePointer?
+    var watchID: WatchID?
     private var writeArmed = false
     private var decoder: FrameDecoder
     private var output: [UInt8] = []
     private var outputStart = 0
-    private var scratch: [UInt8]
+    var scratch: [UInt8]
     /// Bumped whenever the socket goes away, so work scheduled for an old
     /// socket (deferred failures, handlers mid-batch) can tell it is stale.
-    private var generation: UInt64 = 0
+    var generation: UInt64 = 0
 
     private var addresses: [SocketAddress] = []
     private var addressIndex = 0
@@ -98,7 +107,9 @@ public final class RoomcastClient {
 
     deinit {
         if let watchID { loop.unwatch(watchID) }
+        if let ssl { SSL_free(ssl) }
         if fd >= 0 { Sys.close(fd) }
+        if let tlsContext { SSL_CTX_free(tlsContext) }
     }
 
     // MARK: - Public operations
@@ -249,7 +260,7 @@ public final class RoomcastClient {
                     lastError = error
                     continue
                 }
-                if err == 0 { didConnect() }
+                if err == 0 { connected() }
                 return
             }
             Sys.close(sock)
@@ -258,7 +269,12 @@ public final class RoomcastClient {
         connectionEnded(lastError ?? .connect(address: configuration.server.description, errno: ECONNREFUSED))
     }
 
-    private func didConnect() {
+    /// TCP is up: the TLS handshake first when configured (ClientTLS.swift).
+    private func connected() {
+        if configuration.tls != nil { startTLS() } else { didConnect() }
+    }
+
+    func didConnect() {
         if let t = connectTimer { loop.cancel(t); connectTimer = nil }
         state = .connected
         everConnected = true
@@ -300,8 +316,10 @@ public final class RoomcastClient {
                 socketError = error.errno
             }
             let error = socketError
-            if error == 0 {
-                didConnect()
+            if handshaking {
+                continueTLS()
+            } else if error == 0 {
+                connected()
             } else {
                 let text = connectedAddress
                 closeSocket()
@@ -315,26 +333,29 @@ public final class RoomcastClient {
         }
     }
 
+    func readAvailableNow() { readAvailable() }
+
     private func readAvailable() {
         let gen = generation
         for _ in 0..<Self.readsPerWakeup {
-            let result = scratch.withUnsafeMutableBytes { Sys.read(fd, $0.baseAddress!, $0.count) }
+            let result = ssl.map { tlsRead($0) } ?? scratch.withUnsafeMutableBytes { Sys.read(fd, $0.baseAddress!, $0.count) }
             switch result {
             case .done(let n):
                 decoder.append(scratch[0..<n])
                 deliverFrames(generation: gen)
                 guard gen == generation else { return }
-                if n < Self.readSize { return }
+                if n < Self.readSize && ssl == nil { return }
             case .wouldBlock:
                 return
             case .endOfFile:
                 if state == .finishing { close() } else { connectionEnded(.closedByPeer) }
                 return
             case .failed(let e):
-                if state == .finishing { close() } else { connectionEnded(.system(call: "read", errno: e)) }
+                if state == .finishing { close() } else { connectionEnded(tlsError ?? .system(call: "read", errno: e)) }
                 return
             }
         }
+        if let ssl, SSL_has_pending(ssl) == 1 { readLater() }  // records inside OpenSSL wake no epoll
     }
 
     private func deliverFrames(generation gen: UInt64) {
@@ -388,7 +409,9 @@ public final class RoomcastClient {
     private func flush() {
         while outputStart < output.count {
             let start = outputStart
-            let result = output.withUnsafeBytes { Sys.send(fd, $0.baseAddress! + start, $0.count - start) }
+            let result = output.withUnsafeBytes { bytes in
+                ssl.map { tlsWrite($0, UnsafeRawBufferPointer(rebasing: bytes[start...])) } ?? Sys.send(fd, bytes.baseAddress! + start, bytes.count - start)
+            }
             switch result {
             case .done(let n):
                 outputStart += n
@@ -396,7 +419,7 @@ public final class RoomcastClient {
                 if !writeArmed { writeArmed = true; updateInterest() }
                 return
             case .failed(let e):
-                failLater(.system(call: "send", errno: e))
+                failLater(tlsError ?? .system(call: "send", errno: e))
                 return
             case .endOfFile:
                 failLater(.closedByPeer)
@@ -411,6 +434,7 @@ public final class RoomcastClient {
 
     /// FIN after the last queued byte; a reset peer shows up as EOF or an error on read.
     private func shutdownWrite() {
+        if let ssl { _ = SSL_shutdown(ssl) }  // close_notify first (RFC 8446 §6.1)
         _ = try? Sys.blocking("shutdown") { Glibc.shutdown(fd, Int32(SHUT_WR)) }
     }
 
@@ -424,7 +448,7 @@ public final class RoomcastClient {
         }
     }
 
-    private func updateInterest() {
+    func updateInterest() {
         guard let watchID else { return }
         do {
             try loop.update(watchID, readable: true, writable: writeArmed)
@@ -457,6 +481,10 @@ public final class RoomcastClient {
         generation &+= 1
         if let watchID { loop.unwatch(watchID) }
         watchID = nil
+        if let ssl { SSL_free(ssl) }
+        ssl = nil
+        handshaking = false
+        tlsError = nil
         if fd >= 0 { Sys.close(fd) }
         fd = -1
         writeArmed = false
@@ -466,7 +494,7 @@ public final class RoomcastClient {
     }
 
     /// The connection dropped or an attempt failed: report it, then retry or close.
-    private func connectionEnded(_ error: ClientError) {
+    func connectionEnded(_ error: ClientError) {
         let wasFinishing = state == .finishing
         let now = loop.nowMs
         if let since = connectedAtMs, now >= since, now - since >= configuration.reconnect.stableAfterMs { retries = 0 }

@@ -1,3 +1,4 @@
+@preconcurrency import COpenSSL
 import CShim
 @preconcurrency import Glibc
 import RoomcastCore
@@ -12,7 +13,7 @@ enum Role: UInt8 {
     case extra
 }
 
-enum ConnState: UInt8 { case free, connecting, open, closed }
+enum ConnState: UInt8 { case free, connecting, handshaking, open, closed }
 
 /// A member's WebSocket phase (`--websocket-port`; RFC 6455 §4): none (LTB),
 /// waiting for the 101 answer, or exchanging frames.
@@ -39,6 +40,8 @@ struct Conn {
     var outStart = 0
     var outLen = 0
     var outCap = 0
+    /// `--tls`: the OpenSSL session (`SSL *`).
+    var ssl: OpaquePointer?
 }
 
 /// The single-threaded epoll load generator (level-triggered, one read per
@@ -227,6 +230,31 @@ final class Engine {
         guard epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0 else { fatal("epoll_ctl: \(String(cString: strerror(errno)))") }
     }
 
+    /// `--tls`: one client context for every connection (no verification).
+    private lazy var tlsContext: OpaquePointer = {
+        guard let ctx = SSL_CTX_new(TLS_client_method()) else { fatal("SSL_CTX_new failed") }
+        // SSL_write retried from the same bytes at a moved address (the output buffer grows).
+        _ = SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE), nil)
+        return ctx
+    }()
+
+    /// `--tls`: a handshake step; done, the connection opens as a plain one does.
+    private func handshake(_ id: Int) {
+        let c = conns + id
+        ERR_clear_error()
+        let r = SSL_do_handshake(c.pointee.ssl)
+        if r == 1 {
+            opened(id)
+            return
+        }
+        let e = SSL_get_error(c.pointee.ssl, r)
+        guard e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE else {
+            fatal("TLS handshake with \(o.host):\(o.port) failed (SSL_get_error \(e), errno \(errno))")
+        }
+        var ev = epoll_event(events: e == SSL_ERROR_WANT_READ ? EPOLLIN.rawValue : EPOLLOUT.rawValue, data: epoll_data_t(u64: UInt64(id)))
+        epoll_ctl(epfd, EPOLL_CTL_MOD, c.pointee.fd, &ev)
+    }
+
     private func finishConnect(_ id: Int) {
         let c = conns + id
         var err: Int32 = 0
@@ -245,6 +273,19 @@ final class Engine {
             connect(id)
             return
         }
+        if o.tls {
+            guard let ssl = SSL_new(tlsContext), SSL_set_fd(ssl, c.pointee.fd) == 1 else { fatal("SSL_new failed") }
+            SSL_set_connect_state(ssl)
+            c.pointee.ssl = ssl
+            c.pointee.state = .handshaking
+            handshake(id)
+            return
+        }
+        opened(id)
+    }
+
+    private func opened(_ id: Int) {
+        let c = conns + id
         c.pointee.state = .open
         openCount[c.pointee.role == .extra ? 1 : 0] += 1
         var ev = epoll_event(events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue, data: epoll_data_t(u64: UInt64(id)))
@@ -291,6 +332,7 @@ final class Engine {
         closedByServer += 1
         if firstError == nil { firstError = "connection \(name(of: id)) closed by the server: \(why)" }
         openCount[c.pointee.role == .extra ? 1 : 0] -= 1
+        if let ssl = c.pointee.ssl { SSL_free(ssl); c.pointee.ssl = nil }
         close(c.pointee.fd)
         c.pointee.state = .closed
         c.pointee.fd = -1
@@ -303,6 +345,7 @@ final class Engine {
         for id in 0..<count where conns[id].fd >= 0 {
             var l = linger(l_onoff: 1, l_linger: 0)
             setsockopt(conns[id].fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
+            if let ssl = conns[id].ssl { SSL_free(ssl); conns[id].ssl = nil }
             close(conns[id].fd)
             conns[id].fd = -1
             conns[id].state = .closed
@@ -364,6 +407,18 @@ final class Engine {
         let c = conns + id
         guard c.pointee.state == .open else { return }
         while c.pointee.outStart < c.pointee.outLen {
+            if let ssl = c.pointee.ssl {
+                ERR_clear_error()
+                let n = SSL_write(ssl, c.pointee.out! + c.pointee.outStart, Int32(c.pointee.outLen - c.pointee.outStart))
+                if n > 0 { c.pointee.outStart += Int(n); continue }
+                let e = SSL_get_error(ssl, n)
+                if e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ {
+                    if !c.pointee.writeArmed { setWrite(id, true) }
+                    return
+                }
+                serverClosed(id, "SSL_write: error \(e)")
+                return
+            }
             let n = send(c.pointee.fd, c.pointee.out! + c.pointee.outStart, c.pointee.outLen - c.pointee.outStart, Int32(MSG_NOSIGNAL))
             if n > 0 { c.pointee.outStart += n; continue }
             if n < 0 && errno == EINTR { continue }
@@ -416,6 +471,8 @@ final class Engine {
                 switch c.pointee.state {
                 case .connecting:
                     finishConnect(id)
+                case .handshaking:
+                    handshake(id)
                 case .open:
                     if bits & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue | EPOLLRDHUP.rawValue) != 0 { readConn(id) }
                     if bits & EPOLLOUT.rawValue != 0 && c.pointee.state == .open { flush(id) }
@@ -453,7 +510,22 @@ final class Engine {
         if keep > 0 { scratch.copyMemory(from: c.pointee.carry!, byteCount: keep) }
         var n: Int
         let ask = min(o.readSize, scratchCap - keep)
-        repeat { n = read(c.pointee.fd, scratch + keep, ask) } while n < 0 && errno == EINTR
+        if let ssl = c.pointee.ssl {
+            // Records until OpenSSL wants the socket (what it holds wakes no epoll).
+            n = 0
+            while n < ask {
+                ERR_clear_error()
+                let r = SSL_read(ssl, scratch + keep + n, Int32(ask - n))
+                if r > 0 { n += Int(r); continue }
+                let e = SSL_get_error(ssl, r)
+                if e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE { break }
+                if n == 0 { serverClosed(id, "SSL_read: error \(e)"); return }
+                break
+            }
+            if n == 0 { return }
+        } else {
+            repeat { n = read(c.pointee.fd, scratch + keep, ask) } while n < 0 && errno == EINTR
+        }
         if n <= 0 {
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
             serverClosed(id, n == 0 ? "end of file" : "read: \(String(cString: strerror(errno)))")

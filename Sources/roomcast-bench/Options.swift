@@ -38,6 +38,9 @@ struct Options {
     /// docs/protocol.md §15) instead of `--port`; publishers stay on LTB.
     var webSocketPort: UInt16?
     var members = 100
+    /// `--tls`: every connection does a TLS handshake first (roomcastd's
+    /// `listen_tls`; the certificate is not verified: a benchmark on loopback).
+    var tls = false
     var publishers = 1
     var size = 64
     /// Open loop: frames per second, all publishers together. nil: closed loop.
@@ -99,6 +102,7 @@ struct Options {
           --mode M              custom (default), fanout, pub10, latency, large, idle, storm:
                                 sets the defaults below for that workload of BENCHMARKS.md
           --members N           receiving members of the room (default 100)
+          --tls                 connect with TLS (to a listen_tls port; the certificate is not checked)
           --publishers P        publishers, also in the room (default 1)
           --size B              body bytes of a data frame (default 64; >= 20 opaque, >= 64 text)
           --body opaque|text    opaque type-100 bodies, or proto2 ChatMessage (type 2, validated
@@ -241,6 +245,7 @@ struct Options {
                 guard !o.cpuPids.isEmpty, o.cpuPids.count == v.split(separator: ",").count else {
                     throw UsageError(message: "--cpu-pids: '\(v)' is not a comma-separated list of process ids")
                 }
+            case "--tls": o.tls = true
             case "--json": o.json = true
             case "--label": o.label = try value()
             case "--server": o.server = try value()

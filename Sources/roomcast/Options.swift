@@ -44,6 +44,10 @@ struct Invocation {
     var kid: String?
     var sub: String?
     var ttlMs: UInt64 = 3_600_000
+    /// `--tls`, `--ca-file`, `--insecure`: TLS to a `listen_tls` listener (docs/protocol.md §16).
+    var tls = false
+    var caFile: String?
+    var insecure = false
 
     /// The client configuration these options describe.
     var configuration: ClientConfiguration {
@@ -52,6 +56,7 @@ struct Invocation {
         configuration.heartbeatIntervalMs = heartbeatMs
         configuration.maxFrameBytes = maxFrameBytes
         configuration.token = token
+        if tls || caFile != nil || insecure { configuration.tls = ClientTLS(caFile: caFile, verify: !insecure) }
         return configuration
     }
 
@@ -83,6 +88,9 @@ private let optKeyFile: Int32 = 260
 private let optKid: Int32 = 261
 private let optSub: Int32 = 262
 private let optTTL: Int32 = 263
+private let optTLS: Int32 = 264
+private let optCAFile: Int32 = 265
+private let optInsecure: Int32 = 266
 /// The range of `--max-frame-bytes`: the daemon's `max_frame_bytes` (1 ... 1G).
 let maxFrameBytesRange = 1...(1 << 30)
 
@@ -93,6 +101,9 @@ private let commonOptions = [
     OptionSpec(name: "byte-order", hasArgument: true, value: optByteOrder),
     OptionSpec(name: "heartbeat", hasArgument: true, value: optHeartbeat),
     OptionSpec(name: "max-frame-bytes", hasArgument: true, value: optMaxFrameBytes),
+    OptionSpec(name: "tls", hasArgument: false, value: optTLS),
+    OptionSpec(name: "ca-file", hasArgument: true, value: optCAFile),
+    OptionSpec(name: "insecure", hasArgument: false, value: optInsecure),
     OptionSpec(name: "help", hasArgument: false, value: letter("h")),
     OptionSpec(name: "version", hasArgument: false, value: letter("V")),
 ]
@@ -240,6 +251,13 @@ func parseCommandLine(_ arguments: [String]) -> Result<Invocation, UsageError> {
         case optSub:
             guard !v.isEmpty else { return fail("option '--sub': the account id is empty") }
             invocation.sub = v
+        case optTLS:
+            invocation.tls = true
+        case optCAFile:
+            guard !v.isEmpty else { return fail("option '--ca-file': the file name is empty") }
+            invocation.caFile = v
+        case optInsecure:
+            invocation.insecure = true
         case optTTL:
             guard let ms = parseDuration(v), ms >= 1000 else { return fail("option '--ttl': '\(v)' is not a duration of at least 1s, like 1h or 10min") }
             invocation.ttlMs = ms
@@ -314,6 +332,10 @@ private let commonHelp = """
           --max-frame-bytes SIZE
                                largest frame body sent or accepted, as the daemon's
                                max_frame_bytes: 512, 64K, 4M, ... up to 1G (default 64K)
+          --tls                TLS to a listen_tls listener, the certificate checked
+                               against the system's CAs and the server's host name
+          --ca-file FILE       the CAs (PEM) that sign the daemon's certificate (implies --tls)
+          --insecure           TLS without checking the certificate: for tests only (implies --tls)
       -h, --help               print this help and exit
       -V, --version            print the version and exit
     """

@@ -69,12 +69,16 @@ var keys: AuthKeys?
 // page refuses the start (exit 78).
 var page: PageFiles?
 var apiKeys: APIKeySet?
+// `[tls]`'s certificate and key too, when a listen_tls is set: a file OpenSSL
+// refuses is reported at its line, with OpenSSL's reason (exit 78).
+var tls: TLSContext?
 do {
     config = try Config.load(path: invocation.configPath)
     if !invocation.listen.isEmpty { config.server.listen = invocation.listen }
     keys = try Server.loadKeys(config)
     page = try Server.loadPage(config)
     apiKeys = try Server.loadAPIKeys(config)
+    tls = try Server.loadTLS(config, file: invocation.configPath)
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
     flushBeforeExit(systemd)
@@ -113,7 +117,7 @@ if config.log.target == .journal, logger.sink != .journal {
 do {
     let server = try Server(config: config,
                             options: .init(configPath: invocation.configPath, listenOverride: invocation.listen),
-                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys, page: page, apiKeys: apiKeys)
+                            systemd: systemd, logger: logger, signalFD: signalFD, keys: keys, page: page, apiKeys: apiKeys, tls: tls)
     let status = try server.run()
     flushBeforeExit(systemd, logger)
     exit(status)

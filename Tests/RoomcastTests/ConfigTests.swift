@@ -157,6 +157,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             if section == "[websocket]" && line.hasPrefix("#listen") { return line }
             if section == "[cluster]" && line.hasPrefix("#redis") { return line }
             if section == "[api]" && line.hasPrefix("#listen") { return line }
+            if line.hasPrefix("#listen_tls") { return line }
             return line.hasPrefix("#") && line.contains(" = ") && !line.hasPrefix("# ") ? line.dropFirst() : line
         }.joined(separator: "\n")
         #expect(uncommented != text)
@@ -182,9 +183,9 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             }
         }
         #expect(order == Config.sectionOrder)
-        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api"])
+        #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api", "tls"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 55)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 66)
     }
 
     /// The operator's documentation names every key: the table of

@@ -42,6 +42,8 @@ public struct Config: Equatable, Sendable {
     public var cluster: Cluster
     public var auth: Auth
     public var api: API
+    /// `[tls]` (TLSSection.swift).
+    public var tls = TLS()
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -88,7 +90,7 @@ public struct Config: Equatable, Sendable {
         let doc = try INIDocument.parse(text, file: file)
         var config = Config.defaults
         var seen: [String: Int] = [:]  // "section.key" → first line
-        var listen: [ListenAddress: Int] = [:]  // over server.listen, json.listen and websocket.listen
+        var listen: [ListenAddress: Int] = [:]  // over every section's listen and listen_tls
         var listenReplaced = false
         for item in doc.items {
             switch item {
@@ -129,7 +131,7 @@ public struct Config: Equatable, Sendable {
                     seen[name] = seen[name] ?? e.line
                     continue
                 }
-                if e.key == "listen" && (e.section == "server" || e.section == "json" || e.section == "websocket") {
+                if (e.key == "listen" || e.key == "listen_tls") && (e.section == "server" || e.section == "json" || e.section == "websocket") {
                     guard let address = ListenAddress.parse(e.value) else {
                         throw fail("\(name): \(quote(e.value)) is not a listen address "
                             + "(expected IPv4:PORT or [IPv6]:PORT, e.g. 0.0.0.0:9898 or [::]:9898)")
@@ -138,7 +140,13 @@ public struct Config: Equatable, Sendable {
                         throw fail("\(name): \(address) " + (other == address ? "is already listed at line \(first)"
                             : "overlaps \(other) at line \(first) (a wildcard address takes the port on every address)"))
                     }
-                    if e.section == "json" {
+                    if e.key == "listen_tls" {
+                        switch e.section {
+                        case "json": config.json.listenTLS.append(address)
+                        case "websocket": config.webSocket.listenTLS.append(address)
+                        default: config.server.listenTLS.append(address)
+                        }
+                    } else if e.section == "json" {
                         config.json.listen.append(address)
                     } else if e.section == "websocket" {
                         config.webSocket.listen.append(address)
@@ -155,6 +163,7 @@ public struct Config: Equatable, Sendable {
                         + "(only listen may repeat)")
                 }
                 seen[name] = e.line
+                if e.section == "tls" { config.tls.lines[e.key] = e.line }
                 do {
                     try spec.apply(&config, e.value)
                 } catch {
@@ -195,6 +204,7 @@ public struct Config: Equatable, Sendable {
         try checkJSONRules(rule)
         try checkAuthRules(rule)
         try checkAPIRules(rule)
+        try checkTLSRules(rule)
     }
 }
 
@@ -237,4 +247,4 @@ struct RuleContext {
 
 /// The single source of truth for sections, keys and their order; each
 /// section's keys, parsing and ranges are in its own file (ServerSection.swift ...).
-let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth, .api]
+let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth, .api, .tls]

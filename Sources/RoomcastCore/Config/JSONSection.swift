@@ -16,6 +16,8 @@ extension Config {
         public var tcpKeepaliveMs: UInt64
         /// `proxy_protocol` and `proxy_from` for the JSON listeners (ProxyKeys.swift).
         public var proxy: ProxySettings = .off
+        /// `listen_tls`, repeatable: the JSON dialect over TLS (`[tls]`); none by default.
+        public var listenTLS: [ListenAddress] = []
     }
 }
 
@@ -23,6 +25,7 @@ extension SectionSpec {
     /// `[json]`: its keys, in the order of config/roomcastd.conf.
     static let json = SectionSpec(section: "json", keys: [
         KeySpec(name: "listen") { _, _ throws(ValueError) in },  // handled in Config.parse
+        KeySpec(name: "listen_tls") { _, _ throws(ValueError) in },  // handled in Config.parse
         KeySpec(name: "max_frame_bytes") { c, v throws(ValueError) in
             c.json.maxFrameBytes = try size(v, 1...(1 << 30))
         },
@@ -39,6 +42,7 @@ extension Config {
     /// `[json]`'s rules: the JSON timeout above the tick, keepalive in whole seconds.
     func checkJSONRules(_ rule: RuleContext) throws(ConfigError) {
         try json.proxy.check("json", rule)
+        try webSocket.proxy.check("websocket", rule)
         if json.heartbeatTimeoutMs != 0 && heartbeat.tickMs >= json.heartbeatTimeoutMs {
             throw rule.fail(["json.heartbeat_timeout", "heartbeat.tick"],
                             "heartbeat.tick (\(formatDuration(ms: heartbeat.tickMs))) must be less than "

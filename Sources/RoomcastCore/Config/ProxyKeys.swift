@@ -1,5 +1,5 @@
 // `proxy_protocol` and `proxy_from`: the same two keys in every section that
-// owns client listeners (`[server]`, `[json]`), each for its own listeners.
+// owns client listeners (`[server]`, `[json]`, `[websocket]`), each for its own listeners.
 
 extension Config {
     /// A listener section's PROXY protocol settings (docs/protocol.md

@@ -29,12 +29,16 @@ extension Config {
         if !listenOverridden && !socketActivated && new.server.listen != server.listen { needRestart.append("server.listen") }
         if !socketActivated && new.json.listen != json.listen { needRestart.append("json.listen") }
         if !socketActivated && new.webSocket.listen != webSocket.listen { needRestart.append("websocket.listen") }
+        if !socketActivated && new.allTLSListen != allTLSListen { needRestart.append("listen_tls") }
         applied.server.listen = server.listen
         applied.json.listen = json.listen
         applied.webSocket.listen = webSocket.listen
         // Socket activation passes no API socket: `[api] listen` is always bound by the daemon.
         if new.api.listen != api.listen { needRestart.append("api.listen") }
         applied.api.listen = api.listen
+        applied.server.listenTLS = server.listenTLS
+        applied.json.listenTLS = json.listenTLS
+        applied.webSocket.listenTLS = webSocket.listenTLS
         if new.protocol.byteOrder != self.protocol.byteOrder {
             needRestart.append("protocol.byte_order")
             applied.protocol.byteOrder = self.protocol.byteOrder

@@ -17,6 +17,8 @@ extension Config {
         public var maxClientsPerIP: Int
         /// `proxy_protocol` and `proxy_from` for the LTB listeners (ProxyKeys.swift).
         public var proxy: ProxySettings = .off
+        /// `listen_tls`, repeatable: LTB over TLS (`[tls]`); none by default.
+        public var listenTLS: [ListenAddress] = []
     }
 }
 
@@ -24,6 +26,7 @@ extension SectionSpec {
     /// `[server]`: its keys, in the order of config/roomcastd.conf.
     static let server = SectionSpec(section: "server", keys: [
         KeySpec(name: "listen") { _, _ throws(ValueError) in },  // handled in Config.parse
+        KeySpec(name: "listen_tls") { _, _ throws(ValueError) in },  // handled in Config.parse
         KeySpec(name: "max_clients") { c, v throws(ValueError) in
             c.server.maxClients = try integer(v, 1...1_048_576)
         },

@@ -28,6 +28,10 @@ extension Config {
         /// beside the binary's `bin/` (`/usr/share/roomcast/web` for
         /// `/usr/bin/roomcastd`, as `make install` and the .deb lay it out).
         public var pageDir: String
+        /// `listen_tls`, repeatable: WebSocket over TLS, `wss://` (`[tls]`); none by default.
+        public var listenTLS: [ListenAddress] = []
+        /// `proxy_protocol` and `proxy_from` for the WebSocket listeners (ProxyKeys.swift).
+        public var proxy: ProxySettings = .off
     }
 }
 
@@ -35,6 +39,7 @@ extension SectionSpec {
     /// `[websocket]`: its keys, in the order of config/roomcastd.conf.
     static let webSocket = SectionSpec(section: "websocket", keys: [
         KeySpec(name: "listen") { _, _ throws(ValueError) in },  // handled in Config.parse
+        KeySpec(name: "listen_tls") { _, _ throws(ValueError) in },  // handled in Config.parse
         KeySpec(name: "allowed_origins") { c, v throws(ValueError) in
             c.webSocket.allowedOrigins = try origins(v)
         },
@@ -52,7 +57,7 @@ extension SectionSpec {
             }
             c.webSocket.pageDir = v
         },
-    ])
+    ] + Config.ProxySettings.keys(\.webSocket.proxy))
 }
 
 /// A comma-separated list of origins, each `http://` or `https://` with a

@@ -33,9 +33,12 @@ enum HandOverName {
     static let state = "state"
     /// The standalone unit's own listeners (`listen-ltb`, `listen-json`):
     /// kept in the store so that the port stays open across restarts.
-    static func listener(_ dialect: Dialect) -> String { "listen-" + dialect.name }
+    /// A `listen_tls` listener's is `listen-ltb-tls`, `listen-json-tls`, `listen-websocket-tls`.
+    static func listener(_ dialect: Dialect, tls: Bool = false) -> String { "listen-" + dialect.name + (tls ? "-tls" : "") }
 
-    static func isListener(_ name: String) -> Bool { [Dialect.ltb, .json, .webSocket].contains { name == listener($0) } }
+    static func isListener(_ name: String) -> Bool {
+        [Dialect.ltb, .json, .webSocket].contains { name == listener($0) || name == listener($0, tls: true) }
+    }
 
     /// The crash path's live box and log (LiveStore.swift), one generation each:
     /// `livebox-<n>`, `livestate-<n>`.
@@ -112,6 +115,7 @@ extension Server {
             if let r = listeners.all[i].registration { selector.deregister(r) }
             listeners.all[i].registration = nil
         }
+        noticeTLSRestart()  // TLS/TLSRestart.swift: their sessions cannot be handed over
         systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client")), then handing them to systemd's fd store")
         logger.info("received SIGTERM: flushing, then handing \(plural(table.count, "connection")) in \(plural(relay.roomCount, "room"))"
                     + " to systemd's fd store (a restart takes them back, a stop closes them)")
@@ -150,6 +154,7 @@ extension Server {
         handOver.pending = false
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
         let now = clock()
+        let tlsClosed = closeTLSForRestart()
         let carried = cluster?.carry()
         let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
                                 besides: carried.map(HandOverState.clusterBytesBound) ?? 0)
@@ -207,8 +212,9 @@ extension Server {
         let ms = clock() - handOver.stoppedReadingMs
         logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) to systemd's fd store in \(ms) ms"
                     + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms" + (owed > 0 ? ", \(owed) bytes still owed go with the state" : "") } ?? "") + ")"
-                    + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))"),
-                    ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount)])
+                    + (processed ? "" : "; PID 1 did not confirm within \(formatDuration(ms: handOver.timeoutMs))")
+                    + (tlsClosed > 0 ? "; \(plural(tlsClosed, "TLS client")) closed with close_notify (a TLS session cannot move to another process)" : ""),
+                    ["CLIENTS": String(ids.count), "ROOMS": String(relay.roomCount), "TLS_CLOSED": String(tlsClosed)])
         systemd.notify("STATUS=Stopping: \(plural(ids.count, "client")) handed to systemd's fd store")
         return true
     }
@@ -389,9 +395,9 @@ extension Server {
 
     /// A listener the previous process stored (standalone unit) if one is
     /// bound to `address`: adopted, so the port never closed.
-    func adoptStoredListener(_ address: ListenAddress, _ dialect: Dialect) -> Int32? {
+    func adoptStoredListener(_ address: ListenAddress, _ dialect: Dialect, tls: Bool = false) -> Int32? {
         guard let i = handOver.storedListeners.firstIndex(where: {
-            $0.name == HandOverName.listener(dialect) && Socket.localAddress($0.fd) == address.description
+            $0.name == HandOverName.listener(dialect, tls: tls) && Socket.localAddress($0.fd) == address.description
         }) else { return nil }
         return handOver.storedListeners.remove(at: i).fd
     }
@@ -401,14 +407,18 @@ extension Server {
     /// crash wait in the backlog instead of being refused. Stored listeners
     /// the config no longer names are closed and removed.
     func keepListenersInStore() {
+        let storedNames = Set(handOver.storedListeners.map(\.name))
         handOver.storedListeners.forEach { Sys.close($0.fd) }
         handOver.storedListeners = []
         handOver.listenersInStore = 0
         guard canHandOver, systemd.listenFDs.isEmpty else { return }
-        for dialect in [Dialect.ltb, .json, .webSocket] {
-            let name = HandOverName.listener(dialect)
+        for (dialect, tls) in [(Dialect.ltb, false), (.json, false), (.webSocket, false), (.ltb, true), (.json, true), (.webSocket, true)] {
+            let name = HandOverName.listener(dialect, tls: tls)
+            let fds = listeners.all.filter { $0.dialect == dialect && $0.tls == tls }.map(\.fd)
+            // TLS kinds only when in use now or before: every notification
+            // waits in PID 1's queue (a datagram socket's, of 10 by default).
+            if tls && fds.isEmpty && !storedNames.contains(name) { continue }
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
-            let fds = listeners.all.filter { $0.dialect == dialect }.map(\.fd)
             if !fds.isEmpty, fds.count > systemd.fdStoreMax - handOver.listenersInStore {
                 logger.warning("no room in systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) for the \(name) listener: the port closes during restarts",
                                ["REASON": "fdstore_budget"])

@@ -190,8 +190,9 @@ extension Server {
 
     /// `Server.open`: a new connection, boxed at the end of the iteration.
     func liveOpened(_ id: Int) {
-        // WebSocket connections are not carried across a crash yet: one closes with the process.
-        guard let live, table.slots[id]!.dialect != .webSocket else { return }
+        // WebSocket connections are not carried across a crash yet, and TLS ones
+        // cannot be (the session's keys die with the process): they close with it.
+        guard let live, table.slots[id]!.dialect != .webSocket, table.slots[id]!.tls == nil else { return }
         assignSerial(id)
         let c = table.slots[id]!
         let serial = live.slots[id].serial

@@ -11,6 +11,8 @@ struct PendingProxyHeaders {
     struct Pending {
         var fd: Int32
         var dialect: Dialect
+        /// On a `listen_tls` listener: the TLS handshake follows the header.
+        var tls: Bool
         /// The proxy's address, `1.2.3.4:P` or `[::1]:P` (what accept(2) saw).
         var proxyAddress: String
         /// The bytes received so far (a header prefix; at most 16 + 65535 bytes,
@@ -36,10 +38,10 @@ struct PendingProxyHeaders {
     /// When each refused peer IP was last logged, in ms (`proxy_from`).
     var refusalLogged: [Substring: UInt64] = [:]
 
-    mutating func add(_ fd: Int32, _ dialect: Dialect, proxyAddress: String, now: UInt64) -> Int {
+    mutating func add(_ fd: Int32, _ dialect: Dialect, tls: Bool = false, proxyAddress: String, now: UInt64) -> Int {
         nextSerial &+= 1
         let slot = free.popLast() ?? { slots.append(nil); return slots.count - 1 }()
-        slots[slot] = Pending(fd: fd, dialect: dialect, proxyAddress: proxyAddress, serial: nextSerial)
+        slots[slot] = Pending(fd: fd, dialect: dialect, tls: tls, proxyAddress: proxyAddress, serial: nextSerial)
         deadlines.append((slot, nextSerial, now + Self.headerTimeoutMs))
         count += 1
         return slot
@@ -82,12 +84,16 @@ struct PendingProxyHeaders {
 extension Server {
     /// The PROXY settings of the listeners that speak `dialect`.
     func proxySettings(_ dialect: Dialect) -> Config.ProxySettings {
-        dialect == .json ? config.json.proxy : config.server.proxy
+        switch dialect {
+        case .ltb: config.server.proxy
+        case .json: config.json.proxy
+        case .webSocket: config.webSocket.proxy
+        }
     }
 
     /// An accepted connection on a `proxy_protocol` listener: refused unless
     /// its peer is in `proxy_from`, else it waits for its header.
-    func acceptProxied(_ fd: Int32, _ dialect: Dialect, proxyAddress: String, now: UInt64) {
+    func acceptProxied(_ fd: Int32, _ dialect: Dialect, tls: Bool = false, proxyAddress: String, now: UInt64) {
         let ip = Connection.ip(of: proxyAddress)
         let bare = ip.hasPrefix("[") ? ip.dropFirst().dropLast() : ip
         let bytes = IPAddressText.parseIPv4(bare) ?? IPAddressText.parseIPv6(bare) ?? []
@@ -104,7 +110,7 @@ extension Server {
             Sys.close(fd)
             return
         }
-        let slot = listeners.pending.add(fd, dialect, proxyAddress: proxyAddress, now: now)
+        let slot = listeners.pending.add(fd, dialect, tls: tls, proxyAddress: proxyAddress, now: now)
         do {
             listeners.pending.slots[slot]!.registration = try selector.register(fd, .proxyHeader(slot))
         } catch {
@@ -122,7 +128,7 @@ extension Server {
             if listeners.pending.refusalLogged.count >= PendingProxyHeaders.refusalMemory { return }
         }
         listeners.pending.refusalLogged[Substring(String(ip))] = now
-        let section = dialect == .json ? "json" : "server"
+        let section = dialect == .json ? "json" : dialect == .webSocket ? "websocket" : "server"
         logger.warning("refused \(address): not in \(section).proxy_from (logged once a minute per address)",
                        ["CLIENT_ADDR": address, "REASON": "proxy_from"])
     }
@@ -165,6 +171,12 @@ extension Server {
             let address = header.source?.text ?? p.proxyAddress
             guard admit(address, now: now) else {
                 Sys.close(p.fd)
+                return
+            }
+            if p.tls {
+                // The header comes before the handshake; what followed it is the client's hello.
+                logger.debug("PROXY v\(header.version) header from \(p.proxyAddress)", ["CLIENT_ADDR": address, "PROXY_ADDR": p.proxyAddress])
+                startHandshake(p.fd, p.dialect, address: address, prefix: p.bytes[header.length...], now: now)
                 return
             }
             Socket.configureClient(p.fd, dialect: p.dialect, config: config)

@@ -107,6 +107,11 @@ struct Connection {
     var auth: AuthSession?
     /// A WebSocket connection's protocol state; nil for the other dialects.
     var webSocket: WebSocketSession?
+    /// The OpenSSL session (`SSL *`) of a connection from a `listen_tls`
+    /// listener, past its handshake (TLS/); nil: plain TCP.
+    var tls: OpaquePointer?
+    /// Its last SSL_read(3) wanted the socket writable (TLSConnection.swift).
+    var tlsReadWantsWrite = false
 
     /// The peer's IP address alone (`1.2.3.4`, `[::1]`), for `max_clients_per_ip`.
     var ip: Substring { Self.ip(of: address) }

@@ -17,7 +17,9 @@ extension Server {
     /// - Returns: the connection id, or nil if epoll refused the descriptor
     ///   (then it is closed).
     @discardableResult
-    func open(fd: Int32, dialect: Dialect, address: String, now: UInt64) -> Int? {
+    /// - Parameter tls: its OpenSSL session after the handshake (TLS/); the
+    ///   connection owns it from now on (freed at release). Nil: plain TCP.
+    func open(fd: Int32, dialect: Dialect, address: String, now: UInt64, tls ssl: OpaquePointer? = nil) -> Int? {
         let id = table.add(fd: fd, dialect: dialect, address: address)
         do {
             table.fanout.outboxes[id].registration = try selector.register(fd, .connection(id))
@@ -27,6 +29,7 @@ extension Server {
             table.remove(id)
             return nil
         }
+        if let ssl { adoptTLS(id, ssl) }
         resetRateLimits(id, now: now)
         if dialect == .webSocket {
             // Joins the default room once upgraded (WebSocketServer.swift), not before.
@@ -125,8 +128,12 @@ extension Server {
     func release(_ id: Int) {
         guard let c = table.slots[id] else { return }
         if let r = table.fanout.outboxes[id].registration { selector.deregister(r) }
-        liveClosing(id, fd: c.fd)  // shutdown(2) first while the live box holds a copy
-        Sys.close(c.fd)
+        if let ssl = c.tls {
+            releaseTLS(id, ssl)  // close_notify, then the socket
+        } else {
+            liveClosing(id, fd: c.fd)  // shutdown(2) first while the live box holds a copy
+            Sys.close(c.fd)
+        }
         table.remove(id)
     }
 }

@@ -37,6 +37,9 @@ struct Outbox {
     /// frame (`.ltb`), docs/protocol.md §15; nil: not (yet) taking frames in
     /// a WebSocket form.
     var webSocketForm: WebSocketSubprotocol?
+    /// The connection's OpenSSL session (`SSL *`) when it speaks TLS: its
+    /// output goes through SSL_write(3) (TLSIO.write); nil: send(2).
+    var tls: OpaquePointer?
     /// In the flush list for this iteration.
     var queued = false
     /// Got a frame since the last sweep of idle output buffers.
@@ -351,11 +354,18 @@ final class Fanout: FrameSink {
     @inline(__always)
     private func send(_ box: inout Outbox, keepCapacity: Int, tracksTorn: Bool) -> Sent {
         let fd = box.fd
+        let tls = box.tls
         while box.pending > 0 {
             let queued = box.queue.count
             let range = box.batchStart..<box.batchEnd
             let r = box.queue.withReadableBytes { q in
-                batch.withReadableBytes { Sys.send(fd, q, UnsafeRawBufferPointer(rebasing: $0[range])) }
+                batch.withReadableBytes { b in
+                    let second = UnsafeRawBufferPointer(rebasing: b[range])
+                    // TLS: one SSL_write of the backlog, else of the pass's whole range
+                    // (one encryption per recipient per pass, records up to 16 KiB).
+                    guard let tls else { return Sys.send(fd, q, second) }
+                    return TLSIO.write(tls, q.isEmpty ? second : q)
+                }
             }
             switch r {
             case .done(let n):

@@ -63,6 +63,10 @@ extension Server {
     /// Reads what `id` sent, up to `readsPerWakeup` reads; EOF and errors
     /// end the connection (ConnectionLifecycle.swift).
     func readFrames(_ id: Int) {
+        if let ssl = table.slots[id]!.tls {
+            readTLS(id, ssl)  // TLSConnection.swift
+            return
+        }
         let fd = table.slots[id]!.fd
         for _ in 0..<Self.readsPerWakeup {
             guard table.isOpen(id) else { return }

@@ -55,6 +55,7 @@ extension Server {
         reloadKeys()
         reloadPage()
         reloadAPIKeys()
+        reloadTLS()
         relay.reconfigure(RelaySettings(config))
         table.fanout.relaySettings = relay.settings
         table.fanout.outputHardBytes = config.limits.outputHardBytes

@@ -13,6 +13,8 @@ struct Listeners {
         /// `1.2.3.4:P` or `[::1]:P`, as bound.
         var address: String
         var dialect: Dialect
+        /// A `listen_tls` listener: each connection does a TLS handshake first.
+        var tls = false
         /// Its place in the selector; nil while accepting is paused.
         var registration: Registration?
     }
@@ -47,25 +49,35 @@ extension Server {
                 }
                 // Sockets passed by systemd are blocking unless NonBlocking=yes (systemd.socket(5)).
                 try Sys.setNonBlocking(fd)
-                // FileDescriptorName=json (or websocket) in the .socket unit selects that dialect.
-                let dialect: Dialect = name == "json" ? .json : name == "websocket" ? .webSocket : .ltb
-                listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect))
+                // FileDescriptorName=json (or websocket) in the .socket unit selects that
+                // dialect; a `-tls` suffix (`tls` alone for LTB) a TLS listener (roomcastd(8)).
+                let tls = name == "tls" || name.hasSuffix("-tls")
+                let base = tls ? String(name.dropLast(name == "tls" ? 3 : 4)) : name
+                let dialect: Dialect = base == "json" ? .json : base == "websocket" ? .webSocket : .ltb
+                if tls && self.tls.context == nil {
+                    logger.warning("ignoring descriptor \(fd) (\(name)) from systemd: a TLS listener, but [tls] has no certificate "
+                                   + "(set tls.cert_file and tls.key_file)", ["REASON": "tls_not_configured"])
+                    continue
+                }
+                listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect, tls: tls))
             }
             logger.info("using \(listeners.all.count) listening socket(s) from systemd; [server] listen is not used",
                         ["LISTEN": listeners.addresses])
         } else {
             let ltb = options.listenOverride.isEmpty ? config.server.listen : options.listenOverride
-            for (addresses, dialect) in [(ltb, Dialect.ltb), (config.json.listen, .json), (config.webSocket.listen, .webSocket)] {
+            let all = [(ltb, Dialect.ltb, false), (config.json.listen, .json, false), (config.webSocket.listen, .webSocket, false),
+                       (config.server.listenTLS, .ltb, true), (config.json.listenTLS, .json, true), (config.webSocket.listenTLS, .webSocket, true)]
+            for (addresses, dialect, tls) in all {
                 for address in addresses {
-                    let fd = if let stored = adoptStoredListener(address, dialect) { stored } else { try Socket.listen(on: address) }
-                    listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect))
+                    let fd = if let stored = adoptStoredListener(address, dialect, tls: tls) { stored } else { try Socket.listen(on: address) }
+                    listeners.all.append(.init(fd: fd, address: Socket.localAddress(fd), dialect: dialect, tls: tls))
                 }
             }
         }
         guard !listeners.all.isEmpty else { throw SystemError("listen: no usable listening socket", errno: EINVAL) }
         try watchListeners()
         for l in listeners.all {
-            let protocolName = l.dialect.name
+            let protocolName = l.dialect.name + (l.tls ? "+tls" : "")
             logger.info("listening on \(l.address) (\(protocolName))", ["LISTEN": l.address, "PROTOCOL": protocolName])
         }
     }
@@ -104,11 +116,15 @@ extension Server {
             }
             let address = Socket.format(accepted.peer)
             if proxySettings(listener.dialect).enabled {
-                acceptProxied(accepted.fd, listener.dialect, proxyAddress: address, now: now)
+                acceptProxied(accepted.fd, listener.dialect, tls: listener.tls, proxyAddress: address, now: now)
                 continue
             }
             guard admit(address, now: now) else {
                 Sys.close(accepted.fd)
+                continue
+            }
+            if listener.tls {
+                startHandshake(accepted.fd, listener.dialect, address: address, now: now)  // a client once it is done
                 continue
             }
             Socket.configureClient(accepted.fd, dialect: listener.dialect, config: config)
@@ -167,6 +183,7 @@ extension Server {
     /// Closes every listener (stop): no new connections.
     func closeListeners() {
         dropAllPending()
+        dropAllHandshakes()
         for l in listeners.all {
             if let r = l.registration { selector.deregister(r) }
             Sys.close(l.fd)

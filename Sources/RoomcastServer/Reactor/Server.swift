@@ -40,6 +40,8 @@ public final class Server {
         case listener(Int)
         /// A connection that owes its PROXY header (ProxyHeaders.swift).
         case proxyHeader(Int)
+        /// A connection in its TLS handshake (TLS/TLSHandshakes.swift).
+        case tlsHandshake(Int)
         case signal
         /// A Redis connection of the cluster (`RedisConnection.Role`).
         case cluster(Int)
@@ -107,6 +109,8 @@ public final class Server {
     var live: LiveStore?
     /// The chat page's files (`[websocket] page`, PageDirectory.swift); nil: no page.
     var page: PageFiles?
+    /// `listen_tls`: the context, handshakes, counters (TLS/).
+    var tls = TLSState()
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -116,11 +120,13 @@ public final class Server {
     ///   - wallClock: ms since the epoch, for tokens' `exp` and `nbf`; injectable for tests.
     ///   - page: the chat page's files as read at start (`Server.loadPage`); nil: none.
     ///   - apiKeys: `[api] key_file` as read at start (`Server.loadAPIKeys`); nil: none.
+    ///   - tls: `[tls]` as loaded at start (`Server.loadTLS`); nil: no `listen_tls`.
     /// - Throws: `SystemError` from epoll_create1(2).
     public init(config: Config, options: Options, systemd: Systemd, logger: Logger, signalFD: Int32,
                 clock: @escaping () -> UInt64 = monotonicMilliseconds, keys: AuthKeys? = nil,
                 wallClock: @escaping () -> Int64 = wallClockMilliseconds, page: PageFiles? = nil,
-                apiKeys: APIKeySet? = nil) throws(SystemError) {
+                apiKeys: APIKeySet? = nil, tls: TLSContext? = nil) throws(SystemError) {
+        self.tls.context = tls
         self.config = config
         self.page = page
         self.api.keys = apiKeys.map(\.keys)
@@ -199,6 +205,7 @@ public final class Server {
             case .connection(let id): connectionReady(id, readiness)
             case .listener(let index): acceptConnections(index)
             case .proxyHeader(let slot): readProxyHeader(slot)
+            case .tlsHandshake(let slot): continueHandshake(slot)
             case .signal: readSignals()
             case .cluster(let index): cluster?.ready(index, readiness)
             case .apiListener(let index): acceptAPI(index)
@@ -209,6 +216,7 @@ public final class Server {
             loopWaitEndUs = Sys.monotonicUsec()
             loopWait.record(loopWaitEndUs &- waitStartUs)
         }
+        if !tls.readAgain.isEmpty { readTLSAgain() }  // bytes inside OpenSSL wake no epoll
         let now = clock()
         runTimers(now: now)
         reapAndFlush(now: now)
@@ -228,6 +236,8 @@ public final class Server {
         if listeners.all.contains(where: { $0.dialect == .webSocket }) { deadline = min(deadline, nextWebSocketPingMs) }
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
+        if tls.pending.count > 0, let due = tls.pending.nextDeadline() { deadline = min(deadline, due) }
+        if !tls.readAgain.isEmpty { deadline = now }
         if stopping { deadline = min(deadline, stopDeadlineMs) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
@@ -250,6 +260,7 @@ public final class Server {
             return
         }
         if readiness.contains(.writable), table.state(id) != .closing {
+            if table.slots[id]!.tlsReadWantsWrite { resumeTLSRead(id) }
             flush(id, now: clock())
         }
     }
@@ -267,6 +278,7 @@ public final class Server {
         if !draining.isEmpty { checkDrainDeadlines(now: now) }
         resumeAcceptingIfDue(now: now)
         if listeners.pending.count > 0 { expireProxyHeaders(now: now) }
+        if tls.pending.count > 0 { expireHandshakes(now: now) }
         cluster?.runTimers(now: now)
         if api.count > 0 { expireAPI(now: now) }
         if status.watchdogDue(nowMs: now) { systemd.notify("WATCHDOG=1") }
@@ -284,7 +296,8 @@ public final class Server {
     /// What STATUS= and the stats line report.
     var figures: StatusReporter.Figures {
         .init(clients: table.count, rooms: relay.roomCount, deliveries: table.fanout.deliveries, stopping: stopping,
-              cluster: cluster?.figures, authRefusals: auth.active(config) ? auth.refusals : nil, tokensExpired: auth.expired)
+              cluster: cluster?.figures, authRefusals: auth.active(config) ? auth.refusals : nil, tokensExpired: auth.expired,
+              tls: tls.context != nil ? tls.summary : nil)
     }
 
     /// Warns when `server.max_clients` cannot be reached under the

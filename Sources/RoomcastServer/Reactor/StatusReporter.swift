@@ -22,6 +22,8 @@ struct StatusReporter {
         var authRefusals: UInt64? = nil
         /// Connections closed because their token ran out.
         var tokensExpired: UInt64 = 0
+        /// `TLSState.summary` (nil: no `listen_tls`).
+        var tls: String? = nil
     }
 
     /// How often STATUS= is refreshed, in ms.
@@ -108,6 +110,7 @@ struct StatusReporter {
         return "\(plural(f.clients, "client")), \(plural(f.rooms, "room")), \(Int(inRate.rounded())) frames/s in, "
             + "\(Int(outRate.rounded())) frames/s out, \(evictions) evicted" + (f.cluster.map { "; " + $0.summary } ?? "")
             + (f.authRefusals.map { "; auth: \($0) refused, \(f.tokensExpired) expired" } ?? "")
+            + (f.tls.map { "; " + $0 } ?? "")
     }
 
     /// The stats log line and its fields if it is due.
@@ -122,6 +125,7 @@ struct StatusReporter {
             + (f.authRefusals.map { "; auth: \($0) refused, \(f.tokensExpired) expired" } ?? "")
             + (proxyRefused + proxyHeaderFailures > 0
                ? "; PROXY: \(proxyRefused) refused (proxy_from), \(proxyHeaderFailures) bad headers (total)" : "")
+            + (f.tls.map { "; " + $0 + " (total)" } ?? "")
         lastStats = (nowMs, framesIn, f.deliveries, evictions)
         setStatsInterval(statsIntervalMs, nowMs: nowMs)
         return (message, f.clients, f.rooms)

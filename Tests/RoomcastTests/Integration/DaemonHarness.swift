@@ -347,6 +347,8 @@ final class Daemon {
     private(set) var webSocketPort: UInt16?
     /// The port of the first TCP `[api]` listener (docs/api.md), when configured.
     private(set) var apiPort: UInt16?
+    /// The ports of the `listen_tls` listeners by dialect (`ltb`, `json`, `websocket`), when configured.
+    private(set) var tlsPorts: [String: UInt16] = [:]
 
     /// Starts roomcastd with `baseSettings` overridden by `settings`, then
     /// waits for READY=1 and `roomcastd ready` on stderr (10 s in all), so
@@ -430,7 +432,9 @@ final class Daemon {
             guard let colon = address.lastIndex(of: ":"), let port = UInt16(address[address.index(after: colon)...]) else {
                 throw HarnessError("no port in log line: \(line)")
             }
-            if line.contains("(api)") {
+            if let tls = ["ltb", "json", "websocket"].first(where: { line.contains("(\($0)+tls)") }) {
+                tlsPorts[tls] = port
+            } else if line.contains("(api)") {
                 apiPort = apiPort ?? port
             } else if line.contains("(json)") {
                 jsonPort = port
