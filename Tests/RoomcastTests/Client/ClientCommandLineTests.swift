@@ -175,7 +175,7 @@ private func jsonObjects(_ text: String) throws -> [[String: Any]] {
         // SigBlk); it is then connecting or waiting for an echo that never comes.
         let pid = command.process.processIdentifier
         #expect(waitFor(10) {
-            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            let status = ProcStats.text("/proc/\(pid)/status") ?? ""
             let blocked = status.split(separator: "\n").first { $0.hasPrefix("SigBlk:") }
                 .flatMap { UInt64($0.split(separator: "\t").last ?? "", radix: 16) } ?? 0
             return blocked & (1 << (SIGINT - 1)) != 0 && blocked & (1 << (SIGTERM - 1)) != 0

@@ -268,7 +268,7 @@ struct HostileInputTests {
 /// VmData from /proc/PID/status in KiB (private writable mappings: counts
 /// reserved-but-untouched heap that VmRSS does not).
 func vmDataKiB(_ pid: Int32) -> Int {
-    guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+    guard let text = ProcStats.text("/proc/\(pid)/status") else { return 0 }
     for line in text.split(separator: "\n") where line.hasPrefix("VmData:") {
         return line.dropFirst(7).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) } ?? 0
     }

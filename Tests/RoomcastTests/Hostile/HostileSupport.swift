@@ -19,9 +19,28 @@ let rssBoundFactor = sanitizer == nil ? 1 : 8
 
 /// Figures of one process read from /proc/PID.
 enum ProcStats {
+    /// The whole text of a /proc file, read with read(2) until end of file; nil when it cannot be opened.
+    ///
+    /// Not `String(contentsOfFile:)`: Foundation trusts st_size, which is 0 for /proc files, and
+    /// returns only the first read, one page (4 KiB): /proc/net/tcp with 300 sockets is 45 KB.
+    static func text(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { return nil }
+            if n == 0 { return String(decoding: out, as: UTF8.self) }
+            out += buffer[0..<n]
+        }
+    }
+
     /// VmRSS from /proc/PID/status, in KiB (nil once the process is gone).
     static func rssKiB(_ pid: Int32) -> Int? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        guard let text = ProcStats.text("/proc/\(pid)/status") else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix("VmRSS:") {
             return line.dropFirst(6).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int($0) }
         }
@@ -30,7 +49,7 @@ enum ProcStats {
 
     /// utime + stime from /proc/PID/stat, in seconds.
     static func cpuSeconds(_ pid: Int32) -> Double? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        guard let text = ProcStats.text("/proc/\(pid)/stat"),
               let close = text.lastIndex(of: ")") else { return nil }
         // Fields after "(comm)": state is field 3, utime 14, stime 15.
         let fields = text[text.index(after: close)...].split(separator: " ")

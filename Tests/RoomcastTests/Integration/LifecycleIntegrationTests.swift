@@ -148,7 +148,7 @@ struct LifecycleIntegrationTests {
 
     @Test("the test process does not get roomcastd's early signal block (CEarlySignals is linked into roomcastd only)")
     func earlyBlockIsRoomcastdOnly() throws {
-        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let status = try #require(ProcStats.text("/proc/self/status"))
         let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("SigBlk:") })
         let blocked = UInt64(line.split(separator: "\t").last ?? "", radix: 16) ?? 0
         for signal in [SIGHUP, SIGINT, SIGTERM] {

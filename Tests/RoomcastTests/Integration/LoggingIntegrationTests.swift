@@ -52,7 +52,7 @@ struct LoggingIntegrationTests {
     @Test("the soft descriptor limit is raised to the hard one; max_clients beyond it is warned about at start and on reload")
     func descriptorLimit() throws {
         let d = try Daemon(["server.max_clients": "200"], descriptorLimit: (soft: 64, hard: 256))
-        let limits = (try? String(contentsOfFile: "/proc/\(d.pid)/limits", encoding: .utf8)) ?? ""
+        let limits = ProcStats.text("/proc/\(d.pid)/limits") ?? ""
         let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }.map { $0.split(separator: " ").filter { !$0.isEmpty } }
         #expect(openFiles.map { Array($0[3...4]) } == ["256", "256"], "soft and hard limits: \(limits)")
         #expect(d.stderr.line(with: ["REASON=descriptor_limit"]) == nil, "200 clients fit under 256 descriptors")
