@@ -19,8 +19,6 @@ struct PendingProxyHeaders {
         /// the longest v2 header, plus what one read brings after it).
         var bytes: [UInt8] = []
         var registration: Registration?
-        /// Tells a reused slot from the one a deadline was set for.
-        var serial: UInt64
     }
 
     /// Time to send a complete header, in ms (docs/protocol.md §14).
@@ -28,57 +26,19 @@ struct PendingProxyHeaders {
     /// Proxies remembered for the once-a-minute refusal log line, at most.
     static let refusalMemory = 4_096
 
-    var slots: [Pending?] = []
-    private var free: [Int] = []
-    /// (slot, serial, deadline in ms), in accept order, hence in deadline order.
-    private var deadlines: [(slot: Int, serial: UInt64, deadline: UInt64)] = []
-    private var head = 0
-    private var nextSerial: UInt64 = 0
-    private(set) var count = 0
+    var slots = DeadlineSlots<Pending>()
+    var count: Int { slots.count }
     /// When each refused peer IP was last logged, in ms (`proxy_from`).
     var refusalLogged: [Substring: UInt64] = [:]
 
     mutating func add(_ fd: Int32, _ dialect: Dialect, tls: Bool = false, proxyAddress: String, now: UInt64) -> Int {
-        nextSerial &+= 1
-        let slot = free.popLast() ?? { slots.append(nil); return slots.count - 1 }()
-        slots[slot] = Pending(fd: fd, dialect: dialect, tls: tls, proxyAddress: proxyAddress, serial: nextSerial)
-        deadlines.append((slot, nextSerial, now + Self.headerTimeoutMs))
-        count += 1
-        return slot
+        slots.add(Pending(fd: fd, dialect: dialect, tls: tls, proxyAddress: proxyAddress), deadline: now + Self.headerTimeoutMs)
     }
 
     /// Frees `slot` (its descriptor is the caller's).
-    mutating func remove(_ slot: Int) -> Pending? {
-        guard slots.indices.contains(slot), let p = slots[slot] else { return nil }
-        slots[slot] = nil
-        free.append(slot)
-        count -= 1
-        if count == 0 { deadlines.removeAll(keepingCapacity: true); head = 0 }
-        return p
-    }
-
-    /// The earliest deadline still pending, in ms.
-    mutating func nextDeadline() -> UInt64? {
-        dropStale()
-        return head < deadlines.count ? deadlines[head].deadline : nil
-    }
-
-    /// The slots whose deadline is at or before `now`.
-    mutating func expired(now: UInt64) -> [Int] {
-        var out: [Int] = []
-        while true {
-            dropStale()
-            guard head < deadlines.count, deadlines[head].deadline <= now else { break }
-            out.append(deadlines[head].slot)
-            head += 1
-        }
-        if head > 64 && head * 2 > deadlines.count { deadlines.removeFirst(head); head = 0 }
-        return out
-    }
-
-    private mutating func dropStale() {
-        while head < deadlines.count, slots[deadlines[head].slot]?.serial != deadlines[head].serial { head += 1 }
-    }
+    mutating func remove(_ slot: Int) -> Pending? { slots.remove(slot) }
+    mutating func nextDeadline() -> UInt64? { slots.nextDeadline() }
+    mutating func expired(now: UInt64) -> [Int] { slots.expired(now: now) }
 }
 
 extension Server {

@@ -45,62 +45,18 @@ struct PendingTLSHandshakes {
         /// OpenSSL from a memory BIO first; then the socket's BIO takes over.
         var prefix: OpaquePointer?
         var registration: Registration?
-        var serial: UInt64
     }
 
-    var slots: [Pending?] = []
-    private var free: [Int] = []
-    /// (slot, serial, deadline in ms) in accept order: in deadline order while
-    /// `handshake_timeout` does not shrink on a reload (then a later one
-    /// waits for the one before it: late by at most the old timeout).
-    private var deadlines: [(slot: Int, serial: UInt64, deadline: UInt64)] = []
-    private var head = 0
-    private var nextSerial: UInt64 = 0
-    private(set) var count = 0
+    /// In accept order: in deadline order while `handshake_timeout` does not
+    /// shrink on a reload (DeadlineSlots).
+    var slots = DeadlineSlots<Pending>()
+    var count: Int { slots.count }
 
-    mutating func add(_ p: Pending, deadline: UInt64) -> Int {
-        nextSerial &+= 1
-        var p = p
-        p.serial = nextSerial
-        let slot = free.popLast() ?? { slots.append(nil); return slots.count - 1 }()
-        slots[slot] = p
-        deadlines.append((slot, nextSerial, deadline))
-        count += 1
-        return slot
-    }
-
+    mutating func add(_ p: Pending, deadline: UInt64) -> Int { slots.add(p, deadline: deadline) }
     /// Frees `slot`; its descriptor and SSL are the caller's.
-    mutating func remove(_ slot: Int) -> Pending? {
-        guard slots.indices.contains(slot), let p = slots[slot] else { return nil }
-        slots[slot] = nil
-        free.append(slot)
-        count -= 1
-        if count == 0 { deadlines.removeAll(keepingCapacity: true); head = 0 }
-        return p
-    }
-
-    /// The earliest deadline still pending, in ms.
-    mutating func nextDeadline() -> UInt64? {
-        dropStale()
-        return head < deadlines.count ? deadlines[head].deadline : nil
-    }
-
-    /// The slots whose deadline is at or before `now`.
-    mutating func expired(now: UInt64) -> [Int] {
-        var out: [Int] = []
-        while true {
-            dropStale()
-            guard head < deadlines.count, deadlines[head].deadline <= now else { break }
-            out.append(deadlines[head].slot)
-            head += 1
-        }
-        if head > 64 && head * 2 > deadlines.count { deadlines.removeFirst(head); head = 0 }
-        return out
-    }
-
-    private mutating func dropStale() {
-        while head < deadlines.count, slots[deadlines[head].slot]?.serial != deadlines[head].serial { head += 1 }
-    }
+    mutating func remove(_ slot: Int) -> Pending? { slots.remove(slot) }
+    mutating func nextDeadline() -> UInt64? { slots.nextDeadline() }
+    mutating func expired(now: UInt64) -> [Int] { slots.expired(now: now) }
 }
 
 extension Server {
@@ -134,7 +90,7 @@ extension Server {
             BIO_up_ref(memory)  // one reference for SSL_set0_rbio, one kept to see when it is read
             SSL_set0_rbio(ssl, memory)
         }
-        let slot = tls.pending.add(.init(fd: fd, ssl: ssl, dialect: dialect, address: address, prefix: memory, serial: 0),
+        let slot = tls.pending.add(.init(fd: fd, ssl: ssl, dialect: dialect, address: address, prefix: memory),
                                    deadline: now + context.handshakeTimeoutMs)
         do {
             tls.pending.slots[slot]!.registration = try selector.register(fd, .tlsHandshake(slot))

@@ -107,8 +107,8 @@ struct HAProxyIntegrationTests {
         let closed = results.map { ($0["closed"] as? Bool) ?? false }
 
         // The addresses the clients connected from are the daemon's clients.
-        #expect(d.stderr.current.contains("client connected CLIENT_ADDR=127.0.0.2:"))
-        #expect(d.stderr.current.contains("client connected CLIENT_ADDR=127.0.0.3:"))
+        #expect(d.stderr.wait(for: "client connected CLIENT_ADDR=127.0.0.2:"))
+        #expect(d.stderr.wait(for: "client connected CLIENT_ADDR=127.0.0.3:"))
         #expect(d.stderr.wait(forLineWith: ["alice joined lobby", "CLIENT_ADDR=127.0.0.2:"]))
         #expect(d.stderr.wait(forLineWith: ["bob joined lobby", "CLIENT_ADDR=127.0.0.3:"]))
         #expect(got[0].hasPrefix(hexString(Wire.join(alice))) && !closed[0], "alice: \(results[0])")

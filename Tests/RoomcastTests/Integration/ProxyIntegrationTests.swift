@@ -64,7 +64,7 @@ struct ProxyIntegrationTests {
         try c.sendRaw(v2([192, 0, 2, 7], 40000) + JSONFrameCodec.encode(body))
         let join = try #require(receiveJSON(c))
         #expect(join["cmd"] as? String == "join" && join["addr"] as? String == "192.0.2.7:40000")
-        #expect(d.stderr.current.contains("client connected CLIENT_ADDR=192.0.2.7:40000 "))
+        #expect(d.stderr.wait(for: "client connected CLIENT_ADDR=192.0.2.7:40000 "))  // the log pipe is read beside the socket
         // The LTB listener has no proxy_protocol: an LTB client connects as before.
         let plain = try d.connect()
         plain.expectOpen()
