@@ -122,7 +122,7 @@ extension ClusterLink {
             var frame: [UInt8] = []
             FrameCodec.appendHeader(type: server.config.protocol.leaveType, length: UInt32(m.identity.count), byteOrder: byteOrder, to: &frame)
             frame += m.identity
-            frame.withUnsafeBytes { server.deliverFromCluster($0, room: m.room, address: address) }
+            _ = frame.withUnsafeBytes { server.deliverFromCluster($0, room: m.room, address: address) }
             leaves += 1
         }
         logger.info("cluster: daemon \(ClusterEnvelope.hex(origin)) \(why); \(plural(leaves, "leave")) for its members sent to the rooms here",

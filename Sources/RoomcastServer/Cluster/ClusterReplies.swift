@@ -104,7 +104,7 @@ extension ClusterLink {
             server.deliverFromCluster(v.frame, room: room, address: sender)
         } else {
             ClusterEnvelope.convertHeader(v.frame, from: byteOrder == .little ? .big : .little, to: byteOrder, into: &converted)
-            converted.withUnsafeBytes { server.deliverFromCluster($0, room: room, address: sender) }
+            _ = converted.withUnsafeBytes { server.deliverFromCluster($0, room: room, address: sender) }
         }
     }
 
