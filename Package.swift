@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "RoomcastServer", dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastCrypto", "CShim", "CSystemd", "CHiredis", "COpenSSL"]),
         .executableTarget(name: "roomcastd", dependencies: ["RoomcastServer", "RoomcastCore", "CEarlySignals"]),
         // The client library: one event loop, reconnects, heartbeats, TLS (OpenSSL).
-        .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "CShim", "COpenSSL"]),
+        .target(name: "RoomcastClient", dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastCrypto", "CShim", "COpenSSL"]),
         // The command-line client (chat, send, listen).
         .executableTarget(name: "roomcast", dependencies: ["RoomcastClient", "RoomcastCrypto", "CShim"]),
         // The chaos soak (`make soak`): ~2,000 loopback clients against the roomcastd built beside it.

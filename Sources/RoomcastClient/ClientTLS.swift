@@ -1,6 +1,7 @@
 import COpenSSL
 import Glibc
 import RoomcastIO
+import RoomcastCrypto
 
 // ClientTLS.swift: the client's side of docs/protocol.md §16 with OpenSSL
 // (SSL_connect(3), SSL_read(3), SSL_write(3), SSL_get_error(3)), on the
@@ -14,7 +15,7 @@ extension RoomcastClient {
         guard let settings = configuration.tls else { return didConnect() }
         ERR_clear_error()
         if tlsContext == nil {
-            guard let ctx = SSL_CTX_new(TLS_client_method()) else { return connectionEnded(.tls(reason: Self.openSSLReason())) }
+            guard let ctx = SSL_CTX_new(TLS_client_method()) else { return connectionEnded(.tls(reason: openSSLErrorReason())) }
             // SSL_write is retried from the same bytes at a moved address when
             // the output buffer grows (SSL_write(3)).
             _ = SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, Int(SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE), nil)
@@ -23,13 +24,13 @@ extension RoomcastClient {
                 let loaded = settings.caFile.map { SSL_CTX_load_verify_file(ctx, $0) } ?? SSL_CTX_set_default_verify_paths(ctx)
                 guard loaded == 1 else {
                     SSL_CTX_free(ctx)
-                    return connectionEnded(.tls(reason: "\(settings.caFile ?? "the system's CAs"): " + Self.openSSLReason()))
+                    return connectionEnded(.tls(reason: "\(settings.caFile ?? "the system's CAs"): " + openSSLErrorReason()))
                 }
                 SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
             }
             tlsContext = ctx
         }
-        guard let ssl = SSL_new(tlsContext), SSL_set_fd(ssl, fd) == 1 else { return connectionEnded(.tls(reason: Self.openSSLReason())) }
+        guard let ssl = SSL_new(tlsContext), SSL_set_fd(ssl, fd) == 1 else { return connectionEnded(.tls(reason: openSSLErrorReason())) }
         let name = settings.serverName ?? configuration.server.host
         _ = roomcast_tls_set_server_name(ssl, name)
         if settings.verify { _ = SSL_set1_host(ssl, name) }
@@ -59,7 +60,7 @@ extension RoomcastClient {
             return
         }
         let verify = SSL_get_verify_result(ssl)
-        let reason = verify != X509_V_OK ? String(cString: X509_verify_cert_error_string(verify)) : Self.openSSLReason()
+        let reason = verify != X509_V_OK ? String(cString: X509_verify_cert_error_string(verify)) : openSSLErrorReason()
         connectionEnded(.tls(reason: "handshake with \(configuration.server): \(reason)"))
     }
 
@@ -89,7 +90,7 @@ extension RoomcastClient {
             ERR_clear_error()
             return e == 0 ? .endOfFile : .failed(e)
         default:
-            tlsError = .tls(reason: Self.openSSLReason())
+            tlsError = .tls(reason: openSSLErrorReason())
             return .failed(EPROTO)
         }
     }
@@ -103,14 +104,4 @@ extension RoomcastClient {
         }
     }
 
-    /// OpenSSL's error queue as one line, emptied.
-    static func openSSLReason() -> String {
-        var parts: [String] = []
-        var buffer = [CChar](repeating: 0, count: 256)
-        while case let e = ERR_get_error(), e != 0 {
-            ERR_error_string_n(e, &buffer, buffer.count)
-            parts.append(buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
-        }
-        return parts.isEmpty ? "unknown OpenSSL error" : parts.joined(separator: "; ")
-    }
 }

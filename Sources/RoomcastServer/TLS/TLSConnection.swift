@@ -2,6 +2,7 @@ import COpenSSL
 import Glibc
 import RoomcastCore
 import RoomcastIO
+import RoomcastCrypto
 
 // TLSConnection.swift: reading, writing and closing an established TLS
 // connection with OpenSSL's non-blocking contract (SSL_read(3),
@@ -69,7 +70,7 @@ extension Server {
                 if e == 0 { peerClosed(id) } else { table.close(id, SystemError("SSL_read", errno: e).description) }
                 return
             default:
-                let why = "TLS: \(TLSContext.openSSLReason())"
+                let why = "TLS: \(openSSLErrorReason())"
                 logger.peerWarning(reason: "tls_error", nowMs: clock(), "\(table.address(of: id)): \(why); closing",
                                    ["CLIENT_ADDR": table.address(of: id), "DETAIL": why])
                 table.close(id, why)

@@ -1,5 +1,6 @@
 import COpenSSL
 import RoomcastCore
+import RoomcastCrypto
 
 /// One OpenSSL `SSL_CTX` made from `[tls]` (SSL_CTX_new(3)): the certificate
 /// chain, its key, the client-certificate policy and the protocol floor.
@@ -25,23 +26,23 @@ public final class TLSContext {
     ///   start line`): reasons name files and routines, never key bytes.
     init(_ settings: Config.TLS) throws(LoadError) {
         ERR_clear_error()
-        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw LoadError(key: "tls", reason: Self.openSSLReason()) }
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw LoadError(key: "tls", reason: openSSLErrorReason()) }
         self.ctx = ctx
         self.handshakeTimeoutMs = settings.handshakeTimeoutMs
         let floor = settings.minVersion == .tls13 ? TLS1_3_VERSION : TLS1_2_VERSION
-        guard roomcast_tls_configure(ctx, floor, Self.releaseBuffers) == 1 else { throw LoadError(key: "tls.min_version", reason: Self.openSSLReason()) }
+        guard roomcast_tls_configure(ctx, floor, Self.releaseBuffers) == 1 else { throw LoadError(key: "tls.min_version", reason: openSSLErrorReason()) }
         guard SSL_CTX_use_certificate_chain_file(ctx, settings.certFile) == 1 else {
-            throw LoadError(key: "tls.cert_file", reason: "\(settings.certFile): " + Self.openSSLReason())
+            throw LoadError(key: "tls.cert_file", reason: "\(settings.certFile): " + openSSLErrorReason())
         }
         guard SSL_CTX_use_PrivateKey_file(ctx, settings.keyFile, SSL_FILETYPE_PEM) == 1 else {
-            throw LoadError(key: "tls.key_file", reason: "\(settings.keyFile): " + Self.openSSLReason())
+            throw LoadError(key: "tls.key_file", reason: "\(settings.keyFile): " + openSSLErrorReason())
         }
         guard SSL_CTX_check_private_key(ctx) == 1 else {
-            throw LoadError(key: "tls.key_file", reason: "\(settings.keyFile) is not the key of \(settings.certFile): " + Self.openSSLReason())
+            throw LoadError(key: "tls.key_file", reason: "\(settings.keyFile) is not the key of \(settings.certFile): " + openSSLErrorReason())
         }
         if settings.clientAuth != .none {
             guard SSL_CTX_load_verify_file(ctx, settings.caFile) == 1, let names = SSL_load_client_CA_file(settings.caFile) else {
-                throw LoadError(key: "tls.ca_file", reason: "\(settings.caFile): " + Self.openSSLReason())
+                throw LoadError(key: "tls.ca_file", reason: "\(settings.caFile): " + openSSLErrorReason())
             }
             SSL_CTX_set_client_CA_list(ctx, names)
             let mode = settings.clientAuth == .required ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER
@@ -59,17 +60,6 @@ public final class TLSContext {
         var description: String { "\(key): \(reason)" }
     }
 
-    /// Everything in OpenSSL's error queue, oldest first, joined by `; `, and
-    /// the queue emptied (ERR_get_error(3)).
-    static func openSSLReason() -> String {
-        var parts: [String] = []
-        var buffer = [CChar](repeating: 0, count: 256)
-        while case let e = ERR_get_error(), e != 0 {
-            ERR_error_string_n(e, &buffer, buffer.count)
-            parts.append(buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
-        }
-        return parts.isEmpty ? "unknown OpenSSL error" : parts.joined(separator: "; ")
-    }
 }
 
 extension Server {

@@ -2,6 +2,7 @@ import COpenSSL
 import Glibc
 import RoomcastCore
 import RoomcastIO
+import RoomcastCrypto
 
 /// The daemon's TLS state (`[tls]`, docs/protocol.md §16): the context new
 /// connections are made from, the handshakes in progress, the connections
@@ -74,7 +75,7 @@ extension Server {
         }
         ERR_clear_error()
         guard let ssl = SSL_new(context.ctx), SSL_set_fd(ssl, fd) == 1 else {
-            logger.error("cannot start TLS for \(address): \(TLSContext.openSSLReason())", ["CLIENT_ADDR": address, "REASON": "tls_failed"])
+            logger.error("cannot start TLS for \(address): \(openSSLErrorReason())", ["CLIENT_ADDR": address, "REASON": "tls_failed"])
             Sys.close(fd)
             return
         }
@@ -137,7 +138,7 @@ extension Server {
             let code = errno
             ERR_clear_error()
             why = code == 0 ? "closed during the TLS handshake" : "TLS handshake: \(SystemError("read", errno: code).description)"
-        default: why = "TLS handshake failed: \(TLSContext.openSSLReason())"
+        default: why = "TLS handshake failed: \(openSSLErrorReason())"
         }
         tls.failures &+= 1
         logger.peerWarning(reason: "tls_handshake", nowMs: clock(), "\(p.address): \(why); closing",
