@@ -9,24 +9,6 @@ import Testing
 
 private let haproxyPath = "/usr/sbin/haproxy"
 
-/// Runs `executable` to completion (bounded by the tool itself), returning stdout.
-private func runTool(_ executable: String, _ arguments: [String]) throws -> String {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = arguments
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let stdout = out.fileHandleForReading.readDataToEndOfFile()
-    let stderr = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    guard p.terminationStatus == 0 else {
-        throw HarnessError("\(executable) \(arguments) exited with \(p.terminationStatus): \(String(decoding: stderr, as: UTF8.self))")
-    }
-    return String(decoding: stdout, as: UTF8.self)
-}
-
 private func hexString(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
 
 @Suite("Behind a real HAProxy (TLS there, send-proxy-v2)")
@@ -34,12 +16,9 @@ struct HAProxyIntegrationTests {
     @Test("clients' addresses reach logs, JSON addr and max_clients_per_ip; a missing header or a proxy outside proxy_from is refused")
     func tlsClientsThroughHAProxy() throws {
         try #require(FileManager.default.isExecutableFile(atPath: haproxyPath), "haproxy is not installed: run `make deps`")
-        let dir = try TempDirectory()
-        let key = dir.path + "/key.pem", cert = dir.path + "/cert.pem"
-        _ = try runTool("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                                             "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost",
-                                             "-addext", "subjectAltName=DNS:localhost"])
-        let pem = try String(contentsOfFile: cert, encoding: .utf8) + String(contentsOfFile: key, encoding: .utf8)
+        let certs = try TestCertificates()
+        let dir = certs.dir, cert = certs.cert
+        let pem = try String(contentsOfFile: cert, encoding: .utf8) + String(contentsOfFile: certs.key, encoding: .utf8)
         let combined = try dir.write("haproxy.pem", pem)
 
         let d = try Daemon(["server.proxy_protocol": "yes", "server.proxy_from": "127.0.0.1", "server.max_clients_per_ip": "1",

@@ -7,21 +7,6 @@ import Glibc
 import RoomcastCore
 import Testing
 
-/// Runs `executable` to completion, returning its status, stdout and stderr.
-private func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = arguments
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let stdout = out.fileHandleForReading.readDataToEndOfFile()
-    let stderr = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
-}
-
 /// Certificates for one test: a self-signed server certificate (CN and SAN
 /// localhost, 127.0.0.1), and on demand a CA with a client certificate.
 struct TestCertificates {
@@ -35,7 +20,7 @@ struct TestCertificates {
     }
 
     static func selfSigned(cert: String, key: String, cn: String = "localhost") throws {
-        let r = try run("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        let r = try runProcess("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                                              "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=\(cn)",
                                              "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
         guard r.status == 0 else { throw HarnessError("openssl req: \(r.err)") }
@@ -50,7 +35,7 @@ struct TestCertificates {
                       "-out", p + ".csr", "-subj", "/CN=\(name) client"],
                      ["x509", "-req", "-in", p + ".csr", "-CA", p + "-ca.pem", "-CAkey", p + "-ca-key.pem", "-CAcreateserial",
                       "-out", p + ".pem", "-days", "1"]] {
-            let r = try run("/usr/bin/openssl", args)
+            let r = try runProcess("/usr/bin/openssl", args)
             guard r.status == 0 else { throw HarnessError("openssl \(args[0]): \(r.err)") }
         }
         return (p + "-ca.pem", p + ".pem", p + "-key.pem")
@@ -62,7 +47,7 @@ private func peer(_ name: String, _ params: [String: Any]) throws -> [String: An
     let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Reference/tls_peer.py").path
     let spec = String(decoding: try JSONSerialization.data(withJSONObject: params), as: UTF8.self)
-    let r = try run("/usr/bin/python3", [script, name, spec])
+    let r = try runProcess("/usr/bin/python3", [script, name, spec])
     guard r.status == 0, let line = r.out.split(separator: "\n").last,
           let answer = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
         throw HarnessError("tls_peer.py \(name) exited with \(r.status): \(r.out) \(r.err)")
