@@ -122,14 +122,15 @@ struct HandOverTests {
             }
         }
 
-        func connect(sendBuffer: Int32 = 0) -> (id: Int, peer: Int32) {
+        /// A connection of `dialect` on a socketpair, as the listener would accept it.
+        func connect(sendBuffer: Int32 = 0, dialect: Dialect = .ltb) -> (id: Int, peer: Int32) {
             var sv: [Int32] = [-1, -1]
             _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0, &sv)
             if sendBuffer > 0 {
                 var size = sendBuffer
                 setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
             }
-            return (server.open(fd: sv[0], dialect: .ltb, address: "peer-\(sv[1])", now: clock.nowMs)!, sv[1])
+            return (server.open(fd: sv[0], dialect: dialect, address: "peer-\(sv[1])", now: clock.nowMs)!, sv[1])
         }
 
         @discardableResult

@@ -9,19 +9,6 @@ import Testing
 import RoomcastIO
 @testable import RoomcastServer
 
-extension HandOverTests.Node {
-    /// A WebSocket connection on a socketpair, as the listener would accept it.
-    func connectWebSocket(sendBuffer: Int32 = 0) -> (id: Int, peer: Int32) {
-        var sv: [Int32] = [-1, -1]
-        _ = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0, &sv)
-        if sendBuffer > 0 {
-            var size = sendBuffer
-            setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
-        return (server.open(fd: sv[0], dialect: .webSocket, address: "peer-\(sv[1])", now: clock.nowMs)!, sv[1])
-    }
-}
-
 @Suite("Hand-over of WebSocket connections (socketpairs, a fake fd store)")
 struct HandOverWebSocketTests {
     typealias T = HandOverTests
@@ -61,10 +48,10 @@ struct HandOverWebSocketTests {
         let sections = T.config + "[websocket]\nlisten = 127.0.0.1:\(try freeLoopbackPort())\n"
         let a = try HandOverTests.Node(sections, clock: clock)
         let x = a.connect()
-        let j = a.connectWebSocket()  // roomcast.json.v1 (none offered)
-        let l = a.connectWebSocket()  // roomcast.ltb.v1
-        let u = a.connectWebSocket()  // still upgrading at the restart
-        let w = a.connectWebSocket(sendBuffer: 4096)  // reads nothing: owed the rest of a frame
+        let j = a.connect(dialect: .webSocket)  // roomcast.json.v1 (none offered)
+        let l = a.connect(dialect: .webSocket)  // roomcast.ltb.v1
+        let u = a.connect(dialect: .webSocket)  // still upgrading at the restart
+        let w = a.connect(sendBuffer: 4096, dialect: .webSocket)  // reads nothing: owed the rest of a frame
         T.send(j.peer, Self.upgradeRequest(nil))
         T.send(l.peer, Self.upgradeRequest("roomcast.ltb.v1"))
         T.send(w.peer, Self.upgradeRequest("roomcast.ltb.v1"))
