@@ -37,16 +37,21 @@ func selfMaxRSSKiB() -> Int {
     return Int(ru.ru_maxrss)
 }
 
-/// Reads a small /proc file whole; nil if it cannot be opened.
+/// Reads a /proc file whole, with read(2) until end of file; nil if it cannot
+/// be opened or a read fails. Not `String(contentsOfFile:)`: Foundation trusts
+/// st_size, which is 0 for /proc files, and returns only the first read, one
+/// page (4 KiB): /proc/net/tcp with 300 sockets is 45 KB. The tests use it too.
 func readProcFile(_ path: String) -> String? {
     let fd = open(path, O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
     var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 4096)
+    var chunk = [UInt8](repeating: 0, count: 65536)
     while true {
         let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if n <= 0 { break }
+        if n < 0 && errno == EINTR { continue }
+        if n < 0 { return nil }
+        if n == 0 { break }
         bytes.append(contentsOf: chunk[0..<n])
     }
     return String(decoding: bytes, as: UTF8.self)

@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import RoomcastCore
 import Testing
+@testable import roomcast_bench
 
 /// Whether the slow hostile suites run: `make test` sets ROOMCAST_SLOW_TESTS=1,
 /// a plain `swift test` skips them.
@@ -19,24 +20,9 @@ let rssBoundFactor = sanitizer == nil ? 1 : 8
 
 /// Figures of one process read from /proc/PID.
 enum ProcStats {
-    /// The whole text of a /proc file, read with read(2) until end of file; nil when it cannot be opened.
-    ///
-    /// Not `String(contentsOfFile:)`: Foundation trusts st_size, which is 0 for /proc files, and
-    /// returns only the first read, one page (4 KiB): /proc/net/tcp with 300 sockets is 45 KB.
-    static func text(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { return nil }
-            if n == 0 { return String(decoding: out, as: UTF8.self) }
-            out += buffer[0..<n]
-        }
-    }
+    /// The whole text of a /proc file (roomcast-bench's `readProcFile`: read(2) to
+    /// end of file, where `String(contentsOfFile:)` stops after 4 KiB).
+    static func text(_ path: String) -> String? { readProcFile(path) }
 
     /// VmRSS from /proc/PID/status, in KiB (nil once the process is gone).
     static func rssKiB(_ pid: Int32) -> Int? {
