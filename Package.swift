@@ -74,12 +74,16 @@ let package = Package(
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "RoomcastCrypto", "CShim", "COpenSSL"]),
+        // Test bundle only: OpenSSL initialised before main() without its
+        // atexit cleanup, which races Swift Testing's worker threads under
+        // LeakSanitizer (Tests/COpenSSLNoAtExit/no_atexit.c says how).
+        .target(name: "COpenSSLNoAtExit", dependencies: ["COpenSSL"], path: "Tests/COpenSSLNoAtExit"),
         .testTarget(
             name: "RoomcastTests",
             // Not roomcastd: a test target links the objects of the executables it
             // depends on, and roomcastd's CEarlySignals would block the signals of
             // the test process. `swift build`/`swift test` build roomcastd anyway.
-            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcast", "roomcast-bench"],
+            dependencies: ["RoomcastCore", "RoomcastIO", "RoomcastServer", "RoomcastClient", "roomcast", "roomcast-bench", "COpenSSLNoAtExit"],
             // Reference/proto_ref.py is run by the tests with python3, not bundled.
             exclude: ["Reference"]
         ),
