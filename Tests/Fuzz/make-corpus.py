@@ -2,7 +2,7 @@
 """Writes the seed corpus of the libFuzzer targets (Tests/Fuzz/corpus/<target>/):
 real frames and bodies as the original clients send them, the hostile inputs
 of the hostile-input tests, and config files. Re-run after changing it; the output is committed."""
-import os, shutil, struct
+import base64, hashlib, hmac, json, os, shutil, struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "corpus")
@@ -167,3 +167,20 @@ http = {
 }
 for name, data in http.items():
     write("FuzzHTTP", name, data)
+
+# FuzzToken: compact JWS tokens (RFC 7515) with the claims of docs/protocol.md,
+# and a claims object alone; signatures are HMAC-SHA256 with a fixed key (the
+# target parses, it does not verify against a key file).
+def b64url(data): return base64.urlsafe_b64encode(data).rstrip(b"=")
+def jws(header, claims):
+    signing_input = b64url(json.dumps(header).encode()) + b"." + b64url(json.dumps(claims).encode())
+    return signing_input + b"." + b64url(hmac.new(b"fuzz", signing_input, hashlib.sha256).digest())
+tokens = {
+    "claims": json.dumps({"sub": "\U0001F600", "exp": 1, "rooms": ["*"], "x": [{"a": [1, 2500.0, 0, True, False, None]}]}).encode(),
+    "token0": jws({"alg": "HS256", "kid": "a"}, {"sub": "alice", "exp": 1800000000, "rooms": ["lobby"], "may": ["text", 42]}),
+    "token1": jws({"alg": "EdDSA", "kid": "e", "typ": "JWT"}, {"sub": "b\u00e9", "exp": 1500000000.0, "nbf": 1, "name": "Bob",
+                                                         "level": 3, "icon": "http://x", "role": "moderator"}),
+    "token2": jws({"alg": "none", "kid": "a"}, {"sub": "x", "exp": 0}),
+}
+for name, data in tokens.items():
+    write("FuzzToken", name, data)
