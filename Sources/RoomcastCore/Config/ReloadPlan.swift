@@ -22,8 +22,9 @@ extension Config {
     /// once, and so are the Redis connections and their channels.
     /// - Parameters:
     ///   - listenOverridden: `--listen` replaced `[server] listen` at start.
-    ///   - socketActivated: the listeners came from systemd; no listen key is used.
-    public func reloadPlan(to new: Config, listenOverridden: Bool, socketActivated: Bool) -> ReloadPlan {
+    ///   - socketActivated: the client listeners came from systemd; no client listen key is used.
+    ///   - apiSocketActivated: the API's came from systemd (a socket named `api`); `[api] listen` is not used.
+    public func reloadPlan(to new: Config, listenOverridden: Bool, socketActivated: Bool, apiSocketActivated: Bool = false) -> ReloadPlan {
         var applied = new
         var needRestart: [String] = []
         if !listenOverridden && !socketActivated && new.server.listen != server.listen { needRestart.append("server.listen") }
@@ -33,8 +34,7 @@ extension Config {
         applied.server.listen = server.listen
         applied.json.listen = json.listen
         applied.webSocket.listen = webSocket.listen
-        // Socket activation passes no API socket: `[api] listen` is always bound by the daemon.
-        if new.api.listen != api.listen { needRestart.append("api.listen") }
+        if !apiSocketActivated && new.api.listen != api.listen { needRestart.append("api.listen") }
         applied.api.listen = api.listen
         applied.server.listenTLS = server.listenTLS
         applied.json.listenTLS = json.listenTLS

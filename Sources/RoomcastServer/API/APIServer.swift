@@ -16,6 +16,11 @@ struct APIServer {
         var fd: Int32
         var address: APIListenAddress
         var registration: Registration?
+        /// Passed by systemd (a socket named `api`): its socket unit owns it.
+        var fromSystemd = false
+        /// Kept in systemd's fd store for the next process: its Unix
+        /// socket's file stays when this process exits.
+        var inStore = false
     }
 
     /// Who is at the other end, as the kernel says.
@@ -107,24 +112,51 @@ struct APIServer {
 }
 
 extension Server {
-    /// Binds every `[api] listen` address (never from systemd: the API is
-    /// the daemon's own) and watches it.
+    /// Adopts the sockets systemd passed with the name `api` (socket
+    /// activation, sd_listen_fds_with_names(3): TCP or Unix stream sockets;
+    /// then `[api] listen` is not used), or binds every `[api] listen`
+    /// address, taking the listener a previous process kept in systemd's fd
+    /// store when there is one for it; then watches them.
     /// - Throws: `SystemError` when an address cannot be bound.
     func openAPI() throws(SystemError) {
-        guard !config.api.listen.isEmpty else { return }
-        for address in config.api.listen {
-            let fd: Int32
-            switch address {
-            case .tcp(let a): fd = try Socket.listen(on: a)
-            case .unix(let path): fd = try Self.listenUnix(path)
+        let passed = systemd.listenFDs.filter { $0.name == Self.apiSocketName }
+        var opened: [APIServer.Listener] = []
+        if !passed.isEmpty {
+            for (fd, _) in passed {
+                try Sys.setNonBlocking(fd)  // blocking unless NonBlocking=yes (systemd.socket(5))
+                if let path = Socket.unixPath(fd) {
+                    opened.append(.init(fd: fd, address: .unix(path: path), fromSystemd: true))
+                } else if Systemd.isListeningInetSocket(fd), let address = ListenAddress.parse(Socket.localAddress(fd)) {
+                    opened.append(.init(fd: fd, address: .tcp(address), fromSystemd: true))
+                } else {
+                    logger.warning("ignoring descriptor \(fd) (api) from systemd: not a listening TCP or Unix stream socket")
+                }
             }
-            var l = APIServer.Listener(fd: fd, address: address)
-            l.registration = try selector.register(fd, .apiListener(api.listeners.count))
+            if !config.api.listen.isEmpty { logger.info("using the api socket(s) from systemd; [api] listen is not used") }
+        } else {
+            for address in config.api.listen {
+                let fd: Int32
+                if let stored = adoptStoredAPIListener(address) {
+                    fd = stored
+                } else {
+                    switch address {
+                    case .tcp(let a): fd = try Socket.listen(on: a)
+                    case .unix(let path): fd = try Self.listenUnix(path)
+                    }
+                }
+                opened.append(.init(fd: fd, address: address))
+            }
+        }
+        for var l in opened {
+            l.registration = try selector.register(l.fd, .apiListener(api.listeners.count))
             api.listeners.append(l)
-            let shown = if case .tcp = address { Socket.localAddress(fd) } else { address.description }
+            let shown = if case .tcp = l.address { Socket.localAddress(l.fd) } else { l.address.description }
             logger.info("listening on \(shown) (api)", ["LISTEN": shown, "PROTOCOL": "api"])
         }
     }
+
+    /// FileDescriptorName= of a socket unit's API listener (roomcastd(8)).
+    static let apiSocketName = "api"
 
     /// A listening Unix stream socket at `path`, mode 0666: the peers are
     /// told apart by SO_PEERCRED, not by the file's mode. A stale socket
@@ -351,7 +383,8 @@ extension Server {
         for l in api.listeners {
             if let r = l.registration { selector.deregister(r) }
             Sys.close(l.fd)
-            if case .unix(let path) = l.address { unlink(path) }
+            // A socket unit's file, or one the next process takes from the store, stays.
+            if case .unix(let path) = l.address, !l.fromSystemd, !l.inStore { unlink(path) }
         }
         api.listeners = []
     }

@@ -36,8 +36,13 @@ enum HandOverName {
     /// A `listen_tls` listener's is `listen-ltb-tls`, `listen-json-tls`, `listen-websocket-tls`.
     static func listener(_ dialect: Dialect, tls: Bool = false) -> String { "listen-" + dialect.name + (tls ? "-tls" : "") }
 
+    /// The `[api] listen` listeners (TCP and Unix sockets alike), kept in
+    /// the store by every unit with one, so that a backend's requests during
+    /// a restart wait in the backlog instead of being refused.
+    static let apiListener = "listen-api"
+
     static func isListener(_ name: String) -> Bool {
-        [Dialect.ltb, .json, .webSocket].contains { name == listener($0) || name == listener($0, tls: true) }
+        name == apiListener || [Dialect.ltb, .json, .webSocket].contains { name == listener($0) || name == listener($0, tls: true) }
     }
 
     /// The crash path's live box and log (LiveStore.swift), one generation each:
@@ -396,9 +401,22 @@ extension Server {
     /// A listener the previous process stored (standalone unit) if one is
     /// bound to `address`: adopted, so the port never closed.
     func adoptStoredListener(_ address: ListenAddress, _ dialect: Dialect, tls: Bool = false) -> Int32? {
-        guard let i = handOver.storedListeners.firstIndex(where: {
-            $0.name == HandOverName.listener(dialect, tls: tls) && Socket.localAddress($0.fd) == address.description
-        }) else { return nil }
+        adoptStored(HandOverName.listener(dialect, tls: tls)) { Socket.localAddress($0) == address.description }
+    }
+
+    /// The stored `[api]` listener bound to `address` (a TCP address, or a
+    /// Unix socket's path), taken out of `storedListeners`; nil if none.
+    func adoptStoredAPIListener(_ address: APIListenAddress) -> Int32? {
+        adoptStored(HandOverName.apiListener) { fd in
+            switch address {
+            case .tcp(let a): Socket.localAddress(fd) == a.description
+            case .unix(let path): Socket.unixPath(fd) == path
+            }
+        }
+    }
+
+    private func adoptStored(_ name: String, _ matches: (Int32) -> Bool) -> Int32? {
+        guard let i = handOver.storedListeners.firstIndex(where: { $0.name == name && matches($0.fd) }) else { return nil }
         return handOver.storedListeners.remove(at: i).fd
     }
 
@@ -411,13 +429,20 @@ extension Server {
         handOver.storedListeners.forEach { Sys.close($0.fd) }
         handOver.storedListeners = []
         handOver.listenersInStore = 0
-        guard canHandOver, systemd.listenFDs.isEmpty else { return }
-        for (dialect, tls) in [(Dialect.ltb, false), (.json, false), (.webSocket, false), (.ltb, true), (.json, true), (.webSocket, true)] {
-            let name = HandOverName.listener(dialect, tls: tls)
-            let fds = listeners.all.filter { $0.dialect == dialect && $0.tls == tls }.map(\.fd)
-            // TLS kinds only when in use now or before: every notification
-            // waits in PID 1's queue (a datagram socket's, of 10 by default).
-            if tls && fds.isEmpty && !storedNames.contains(name) { continue }
+        guard canHandOver else { return }
+        // The client listeners only when the daemon bound them (standalone
+        // unit): socket units hold theirs. The API's, whenever it bound them.
+        var kinds: [(name: String, fds: [Int32])] = []
+        if !clientListenersFromSystemd {
+            for (dialect, tls) in [(Dialect.ltb, false), (.json, false), (.webSocket, false), (.ltb, true), (.json, true), (.webSocket, true)] {
+                kinds.append((HandOverName.listener(dialect, tls: tls), listeners.all.filter { $0.dialect == dialect && $0.tls == tls }.map(\.fd)))
+            }
+        }
+        kinds.append((HandOverName.apiListener, api.listeners.filter { !$0.fromSystemd }.map(\.fd)))
+        for (name, fds) in kinds {
+            // Kinds only when in use now or before (TLS, the API): every
+            // notification waits in PID 1's queue (a datagram socket's, of 10 by default).
+            if (name.hasSuffix("-tls") || name == HandOverName.apiListener) && fds.isEmpty && !storedNames.contains(name) { continue }
             systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
             if !fds.isEmpty, fds.count > systemd.fdStoreMax - handOver.listenersInStore {
                 logger.warning("no room in systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) for the \(name) listener: the port closes during restarts",
@@ -427,6 +452,9 @@ extension Server {
                                ["REASON": "handover_failed"])
             } else if !fds.isEmpty {
                 handOver.listenersInStore += fds.count
+                if name == HandOverName.apiListener {
+                    for i in api.listeners.indices where !api.listeners[i].fromSystemd { api.listeners[i].inStore = true }
+                }
             }
         }
     }

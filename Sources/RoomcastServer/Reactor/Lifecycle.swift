@@ -45,7 +45,8 @@ extension Server {
             systemd.notify("READY=1\nSTATUS=reload failed: \(error.description); " + status.statusLine(nowMs: clock(), figures))
             return
         }
-        let plan = config.reloadPlan(to: new, listenOverridden: !options.listenOverride.isEmpty, socketActivated: !systemd.listenFDs.isEmpty)
+        let plan = config.reloadPlan(to: new, listenOverridden: !options.listenOverride.isEmpty, socketActivated: clientListenersFromSystemd,
+                                     apiSocketActivated: api.listeners.contains(where: \.fromSystemd))
         for key in plan.needRestart {
             logger.warning("\(key) changed in \(path); restart roomcastd to apply it", ["CONFIG_FILE": path])
         }

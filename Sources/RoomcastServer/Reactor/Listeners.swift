@@ -41,8 +41,8 @@ extension Server {
     /// (socket activation, sd_listen_fds(3)), and watches them.
     /// - Throws: `SystemError` when an address cannot be bound or none is usable.
     func openListeners() throws(SystemError) {
-        if !systemd.listenFDs.isEmpty {
-            for (fd, name) in systemd.listenFDs {
+        if clientListenersFromSystemd {
+            for (fd, name) in systemd.listenFDs where name != Self.apiSocketName {  // openAPI() takes those
                 guard Systemd.isListeningInetSocket(fd) else {
                     logger.warning("ignoring descriptor \(fd) (\(name)) from systemd: not a listening TCP socket")
                     continue
@@ -81,6 +81,10 @@ extension Server {
             logger.info("listening on \(l.address) (\(protocolName))", ["LISTEN": l.address, "PROTOCOL": protocolName])
         }
     }
+
+    /// systemd passed client listeners (socket activation): they replace
+    /// the config's addresses. A socket named `api` alone does not.
+    var clientListenersFromSystemd: Bool { systemd.listenFDs.contains { $0.name != Self.apiSocketName } }
 
     /// Registers every listener that is not registered.
     private func watchListeners() throws(SystemError) {

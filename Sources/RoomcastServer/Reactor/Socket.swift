@@ -83,6 +83,22 @@ enum Socket {
         SocketAddress.of(fd)?.text ?? "?"
     }
 
+    /// The path a Unix stream socket is bound to (getsockname(2), unix(7));
+    /// nil for another family, an unbound or an abstract socket.
+    static func unixPath(_ fd: Int32) -> String? {
+        var addr = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let r = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        guard r == 0, addr.sun_family == sa_family_t(AF_UNIX) else { return nil }
+        let pathBytes = Int(length) - MemoryLayout<sa_family_t>.size
+        guard pathBytes > 1 else { return nil }
+        return withUnsafeBytes(of: &addr.sun_path) { raw in
+            let bytes = raw.prefix(min(pathBytes, raw.count))
+            guard bytes.first != 0 else { return nil }  // abstract namespace
+            return String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+        }
+    }
+
     /// A peer address as accept(2) filled it ("?" for a family other than IP).
     static func format(_ storage: sockaddr_storage) -> String {
         SocketAddress(storage)?.text ?? "?"
