@@ -43,7 +43,8 @@ import Testing
         let context: TLSContext
         let clientContext: OpaquePointer
 
-        init(_ members: [Member], hard: Int = 64 << 20) throws {
+        /// `clientSuites`: the TLS 1.3 suites the clients offer (OpenSSL's default when nil).
+        init(_ members: [Member], hard: Int = 64 << 20, clientSuites: String? = nil) throws {
             self.members = members
             table = ConnectionTable(fanout: Fanout(outputHardBytes: hard, relaySettings: RelaySettings()))
             certs = try TestCertificates()
@@ -52,6 +53,7 @@ import Testing
             settings.keyFile = certs.key
             context = try TLSContext(settings)
             clientContext = try #require(SSL_CTX_new(TLS_client_method()))
+            if let clientSuites { try #require(SSL_CTX_set_ciphersuites(clientContext, clientSuites) == 1) }
             for (i, m) in members.enumerated() {
                 var sv: [Int32] = [0, 0]
                 #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &sv) == 0)
@@ -59,16 +61,34 @@ import Testing
                 table.fanout.outboxes[i].webSocketForm = m.webSocketForm
                 ours.append(sv[0])
                 peers.append(sv[1])
-                clients.append(m.tls ? try handshake(i) : nil)
+                clients.append(nil)
+                if m.tls { try handshake(i) }
             }
         }
 
-        /// A TLS session between our end of `i` and an OpenSSL client on its peer.
+        /// One more TLS LTB connection (after the members), handshaken.
+        /// - Returns: the client's session (freed with the room).
+        func addTLSMember() throws -> OpaquePointer {
+            var sv: [Int32] = [0, 0]
+            #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue), 0, &sv) == 0)
+            let i = table.add(fd: sv[0], dialect: .ltb, address: "127.0.0.1:\(1000 + ours.count)")
+            ours.append(sv[0])
+            peers.append(sv[1])
+            clients.append(nil)
+            return try handshake(i)
+        }
+
+        /// A TLS session between our end of `i` and an OpenSSL client on its
+        /// peer (both freed with the room, whatever happens).
+        /// - Returns: the client's session.
+        @discardableResult
         private func handshake(_ i: Int) throws -> OpaquePointer {
             let server = try #require(SSL_new(context.ctx))
+            table.fanout.outboxes[i].tls = server
             SSL_set_fd(server, ours[i])
             SSL_set_accept_state(server)
             let client = try #require(SSL_new(clientContext))
+            clients[i] = client
             SSL_set_fd(client, peers[i])
             SSL_set_connect_state(client)
             var done = (server: false, client: false)
@@ -77,7 +97,6 @@ import Testing
                 if !done.server { done.server = SSL_do_handshake(server) == 1 }
             }
             try #require(done.server && done.client, "the TLS handshake of member \(i) completed")
-            table.fanout.outboxes[i].tls = server
             return client
         }
 
@@ -127,7 +146,7 @@ import Testing
                 if let s = table.fanout.outboxes[i].tls { SSL_free(s) }
             }
             SSL_CTX_free(clientContext)
-            for id in members.indices { table.remove(id) }
+            for id in ours.indices { table.remove(id) }
             (ours + peers).forEach { close($0) }
         }
     }
