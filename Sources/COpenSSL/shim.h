@@ -22,7 +22,10 @@
 /// one record and be retried from a moved buffer holding the same bytes
 /// (SSL_write(3)), no renegotiation, no compression, kernel TLS where the
 /// kernel offers it, an EOF without close_notify read as an EOF, and
-/// `min_version` as the oldest protocol. With `release_buffers`, every
+/// `min_version` as the oldest protocol, and TLS 1.3's AES-128-GCM suite
+/// (the one RFC 8446 §9.1 makes mandatory) preferred over AES-256-GCM, then
+/// ChaCha20-Poly1305: about 30 % less cipher work per byte with AES-NI, for
+/// the daemon, which encrypts every delivery, and for its clients. With `release_buffers`, every
 /// connection frees its record buffers whenever they are empty
 /// (SSL_MODE_RELEASE_BUFFERS); without, the daemon frees those of idle
 /// connections on its sweep (SSL_free_buffers(3)), so a busy one does not pay
@@ -32,6 +35,7 @@ static inline int roomcast_tls_configure(SSL_CTX *ctx, int min_version, int rele
                           | (release_buffers ? SSL_MODE_RELEASE_BUFFERS : 0));
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_ENABLE_KTLS
                              | SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    if (SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256") != 1) return 0;
     return (int)SSL_CTX_set_min_proto_version(ctx, min_version);
 }
 

@@ -59,7 +59,7 @@ import Testing
         let large = FrameCodec.encode(type: 99, body: [UInt8](repeating: 7, count: 8_000), byteOrder: .little)
         #expect(small.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } == 2)
         #expect(large.withUnsafeBytes { t.fanout.broadcast($0, from: 9, to: [0, 1], except: -1) } == 2)
-        #expect(t.fanout.batch.count == small.count + large.count, "each frame is stored once, whatever the recipients")
+        #expect(t.fanout.batch(.ltb).count == small.count + large.count, "each frame is stored once, whatever the recipients")
         for id in 0..<2 {
             #expect(t.fanout.outboxes[id].queue.count == 0, "nothing is copied per recipient")
             #expect(t.fanout.outboxes[id].pending == small.count + large.count)
@@ -71,7 +71,7 @@ import Testing
             #expect(Self.drain(peers[id]) == small + large, "both frames, in order")
         }
         t.fanout.endPass()
-        #expect(t.fanout.batch.count == 0)
+        #expect(t.fanout.batch(.ltb).count == 0)
     }
 
     @Test("a broadcast stores each WebSocket form once (a binary frame of the LTB frame, a text frame of the JSON body), never per recipient")
@@ -88,7 +88,8 @@ import Testing
         let json = Array(#"{"cmd":"msg","content":"hi","from":"a"}"#.utf8)
         let binary = [0x82, UInt8(frame.count)] + frame
         let text = [0x81, UInt8(json.count)] + json
-        #expect(t.fanout.batch.count == frame.count + binary.count + text.count, "each form once, whatever the recipients")
+        #expect(t.fanout.batch(.ltb).count == frame.count && t.fanout.batch(.webSocketBinary).count == binary.count
+                && t.fanout.batch(.webSocketText).count == text.count, "each form once, whatever the recipients, each in its region")
         for id in 0..<5 { _ = t.fanout.write(id, keepCapacity: 0) }
         #expect(Self.drain(peers[0]) == frame)
         for id in 1...2 { #expect(Self.drain(peers[id]) == binary, "one binary message, the LTB frame byte for byte") }

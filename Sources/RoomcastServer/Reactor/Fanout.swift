@@ -1,6 +1,21 @@
 import RoomcastCore
 import RoomcastIO
 
+/// The forms a relayed frame takes on the wire, one region of the pass's
+/// batch each (`Fanout.batches`): every recipient of a form finds a pass's
+/// frames of its room adjacent in its form's region, whatever forms the
+/// room's other members take.
+enum BatchForm: Int, CaseIterable {
+    /// The LTB frame as read (LTB listeners, docs/protocol.md §2).
+    case ltb
+    /// Its JSON-dialect frame (docs/protocol.md §7).
+    case json
+    /// A WebSocket binary message of the LTB frame (`roomcast.ltb.v1`, docs/protocol.md §15).
+    case webSocketBinary
+    /// A WebSocket text message of the JSON body (`roomcast.json.v1`, docs/protocol.md §15).
+    case webSocketText
+}
+
 /// What a broadcast touches of one connection, kept apart from `Connection`
 /// in a flat array so that a broadcast is one pass under one exclusive
 /// access, copying no connection struct.
@@ -20,10 +35,14 @@ struct Outbox {
     /// connection without it arms it. Not `!queue.isEmpty`: a range copied
     /// into the queue during the pass is not a backlog the kernel refused.
     var writeArmed = false
-    /// This pass's frames for it: bytes `batchStart..<batchEnd` of
-    /// `Fanout.batch` (none when equal). Reset by every flush.
+    /// This pass's frames for it: bytes `batchStart..<batchEnd` of the
+    /// region of `Fanout.batches` for `batchForm` (none when equal). Reset
+    /// by every flush.
     var batchStart = 0
     var batchEnd = 0
+    /// The region its range lies in: the form it takes frames in, set with
+    /// each new range (a connection's form does not change while it holds one).
+    var batchForm = BatchForm.ltb
     /// The connection's state (written only by `ConnectionTable.transition`);
     /// nil for a free slot. Frames are queued only for `.open` and `.draining`.
     var state: ConnectionState?
@@ -62,18 +81,22 @@ struct Outbox {
 /// The relay's `FrameSink`, built around one shared batch per loop pass
 /// (as the fastest relays do: uWebSockets' pub/sub, a minimal C relay):
 ///
-/// - A broadcast stores the frame ONCE, at the end of `batch` (and its JSON
-///   form once, for JSON recipients), and gives each recipient a byte range
-///   of the batch: frames that follow each other in the batch extend the
-///   range, so a room's members hold one range for all of the pass's frames
-///   of their room, and nothing is copied per recipient.
+/// - A broadcast stores the frame ONCE, at the end of the batch's LTB
+///   region (and each other form once, at the end of that form's region,
+///   when a recipient takes it: JSON, WebSocket binary, WebSocket text), and
+///   gives each recipient a byte range of its form's region: frames that
+///   follow each other in a region extend the range, so a room's members
+///   hold one range for all of the pass's frames of their room, whatever
+///   forms the other members take, and nothing is copied per recipient.
 /// - At the end of the pass (`Server.flush`) each recipient gets one
 ///   send(2) of its range (a gather write after its backlog, if it has
 ///   one). Only what the kernel refuses is copied, into that recipient's
 ///   own `queue`; then the batch is emptied for the next pass.
 /// - A recipient whose next frame is not adjacent to its range (another
-///   room's frames came between) has its range copied into its queue first,
-///   so order is kept.
+///   room's frames came between in its form's region) has its range copied
+///   into its queue first, so order is kept. Bytes for one connection
+///   alone (`unicast`) go to its queue, so they never come between the
+///   frames of a region.
 ///
 /// The hard output limit (docs/protocol.md §6) counts what a recipient
 /// holds of its own after the kernel took what it could: its queue, once
@@ -92,10 +115,13 @@ struct Outbox {
 final class Fanout: FrameSink {
     /// Output state per slot, same indices as `ConnectionTable.slots`.
     var outboxes: [Outbox] = []
-    /// Every frame relayed in this loop pass, each once (see the type's doc).
-    private(set) var batch = OutputQueue()
-    /// Batch capacity kept from one pass to the next, in bytes (a larger
-    /// one, after a burst of large frames, is given back).
+    /// Every frame relayed in this loop pass, each once per form, one
+    /// region per `BatchForm` (indexed by its raw value; see the type's doc).
+    private(set) var batches = [OutputQueue](repeating: OutputQueue(), count: BatchForm.allCases.count)
+    /// The region of `form`.
+    func batch(_ form: BatchForm) -> OutputQueue { batches[form.rawValue] }
+    /// Capacity kept by each region from one pass to the next, in bytes (a
+    /// larger one, after a burst of large frames, is given back).
     static let retainedBatchBytes = 4 << 20
     /// Connections with output queued in this iteration.
     var flushList: [Int] = []
@@ -145,13 +171,13 @@ final class Fanout: FrameSink {
     /// The queues and the batch are manually managed memory: a fan-out that
     /// goes away (a `Server` made by a test, say) frees them.
     deinit {
-        batch.release()
+        for i in batches.indices { batches[i].release() }
         for i in outboxes.indices { outboxes[i].queue.release() }
     }
 
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {
         let hard = outputHardBytes
-        let ltb = store(frame)
+        let ltb = store(frame, .ltb)
         var json: Range<Int>?? = nil  // the JSON form in the batch, made at most once
         var translation: [UInt8]?? = nil  // the JSON frame, translated at most once
         var wsText: Range<Int>?? = nil  // a text frame of the JSON body, stored at most once
@@ -167,13 +193,14 @@ final class Fanout: FrameSink {
         let jsonLimit = jsonMaxFrameBytes
         var count = 0
         outboxes.withUnsafeMutableBufferPointer { boxes in
-            func put(_ range: Range<Int>, _ m: Int) {
+            func put(_ range: Range<Int>, _ form: BatchForm, _ m: Int) {
                 let n = range.count
                 guard n <= hard else {
                     tooLarge.append((m, n))
                     return
                 }
                 if boxes[m].batchEnd == range.lowerBound && boxes[m].batchEnd > boxes[m].batchStart {
+                    assert(boxes[m].batchForm == form, "a connection's form changed while it held a range")
                     boxes[m].batchEnd = range.upperBound  // the next frame of its run: no work at all
                 } else {
                     if boxes[m].batchEnd > boxes[m].batchStart {
@@ -190,6 +217,7 @@ final class Fanout: FrameSink {
                     }
                     boxes[m].batchStart = range.lowerBound
                     boxes[m].batchEnd = range.upperBound
+                    boxes[m].batchForm = form
                 }
                 count += 1
                 boxes[m].recent = true
@@ -205,29 +233,31 @@ final class Fanout: FrameSink {
                 if boxes[m].json {
                     if json == nil {
                         if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
-                        json = .some(translation!.map { $0.withUnsafeBytes { self.store($0) } })
+                        json = .some(translation!.map { $0.withUnsafeBytes { self.store($0, .json) } })
                     }
                     guard let range = json! else { continue }
-                    put(range, m)
+                    put(range, .json, m)
                 } else if boxes[m].isWebSocket {
                     // Upgrading, or /echo: no room frames. Server frames are
                     // unmasked (RFC 6455 §5.1): the same bytes for every recipient.
                     guard let form = boxes[m].webSocketForm else { continue }
                     if form == .ltb {
-                        if wsBinary == nil { wsBinary = self.storeWebSocketFrame(.binary, frame) }
-                        put(wsBinary!, m)
+                        if wsBinary == nil { wsBinary = self.storeWebSocketFrame(.binary, frame, .webSocketBinary) }
+                        put(wsBinary!, .webSocketBinary, m)
                     } else {
                         if wsText == nil {
                             if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
                             wsText = .some(translation!.map { j in
-                                j.withUnsafeBytes { self.storeWebSocketFrame(.text, UnsafeRawBufferPointer(rebasing: $0[JSONFrameCodec.headerSize...])) }
+                                j.withUnsafeBytes {
+                                    self.storeWebSocketFrame(.text, UnsafeRawBufferPointer(rebasing: $0[JSONFrameCodec.headerSize...]), .webSocketText)
+                                }
                             })
                         }
                         guard let range = wsText! else { continue }
-                        put(range, m)
+                        put(range, .webSocketText, m)
                     }
                 } else {
-                    put(ltb, m)
+                    put(ltb, .ltb, m)
                 }
             }
         }
@@ -240,12 +270,12 @@ final class Fanout: FrameSink {
         return count
     }
 
-    /// Appends `bytes` to the batch.
-    /// - Returns: where they are in it.
-    private func store(_ bytes: UnsafeRawBufferPointer) -> Range<Int> {
-        let start = batch.count
-        batch.append(bytes)
-        return start..<batch.count
+    /// Appends `bytes` to the batch's region of `form`.
+    /// - Returns: where they are in that region.
+    private func store(_ bytes: UnsafeRawBufferPointer, _ form: BatchForm) -> Range<Int> {
+        let start = batches[form.rawValue].count
+        batches[form.rawValue].append(bytes)
+        return start..<start + bytes.count
     }
 
     /// The JSON frame of `frame` (the JSON dialect's translation), or nil when
@@ -260,32 +290,28 @@ final class Fanout: FrameSink {
         return j
     }
 
-    /// Appends one final, unmasked WebSocket frame of `payload` to the batch
-    /// (RFC 6455 §5.2).
-    /// - Returns: where it is in it.
-    private func storeWebSocketFrame(_ opcode: WebSocketOpcode, _ payload: UnsafeRawBufferPointer) -> Range<Int> {
+    /// Appends one final, unmasked WebSocket frame of `payload` to the
+    /// batch's region of `form` (RFC 6455 §5.2).
+    /// - Returns: where it is in that region.
+    private func storeWebSocketFrame(_ opcode: WebSocketOpcode, _ payload: UnsafeRawBufferPointer, _ form: BatchForm) -> Range<Int> {
         var header: [UInt8] = []
         WebSocketFrameEncoder.appendHeader(opcode, payloadLength: payload.count, to: &header)
-        let start = batch.count
-        header.withUnsafeBytes { batch.append($0) }
-        batch.append(payload)
-        return start..<batch.count
+        let start = batches[form.rawValue].count
+        header.withUnsafeBytes { batches[form.rawValue].append($0) }
+        batches[form.rawValue].append(payload)
+        return start..<batches[form.rawValue].count
     }
 
     /// Queues `bytes` for `m` alone (an HTTP answer, a WebSocket control
-    /// frame), after what it is already owed. Never dropped for the output
-    /// limits: control frames must get through (the slow-consumer rules
-    /// still close a reader that does not read).
+    /// frame), after what it is already owed: into its own queue (after its
+    /// range, moved there first), never into a region of the batch, where it
+    /// would come between the frames of that form's other recipients. Never
+    /// dropped for the output limits: control frames must get through (the
+    /// slow-consumer rules still close a reader that does not read).
     func unicast(_ bytes: [UInt8], to m: Int) {
         guard outboxes[m].takesFrames else { return }
-        let range = bytes.withUnsafeBytes { store($0) }
-        if outboxes[m].batchEnd == range.lowerBound && outboxes[m].batchEnd > outboxes[m].batchStart {
-            outboxes[m].batchEnd = range.upperBound
-        } else {
-            if outboxes[m].batchEnd > outboxes[m].batchStart { keep(&outboxes[m]) }
-            outboxes[m].batchStart = range.lowerBound
-            outboxes[m].batchEnd = range.upperBound
-        }
+        if outboxes[m].batchEnd > outboxes[m].batchStart { keep(&outboxes[m]) }
+        bytes.withUnsafeBytes { outboxes[m].queue.append($0) }
         outboxes[m].recent = true
         if !outboxes[m].queued {
             outboxes[m].queued = true
@@ -298,7 +324,8 @@ final class Fanout: FrameSink {
     @inline(never)
     private func keep(_ box: inout Outbox) {
         let range = box.batchStart..<box.batchEnd
-        batch.withReadableBytes { box.queue.append(UnsafeRawBufferPointer(rebasing: $0[range])) }
+        let region = box.batchForm.rawValue
+        batches[region].withReadableBytes { box.queue.append(UnsafeRawBufferPointer(rebasing: $0[range])) }
         box.batchStart = 0
         box.batchEnd = 0
     }
@@ -358,8 +385,9 @@ final class Fanout: FrameSink {
         while box.pending > 0 {
             let queued = box.queue.count
             let range = box.batchStart..<box.batchEnd
+            let region = box.batchForm.rawValue
             let r = box.queue.withReadableBytes { q in
-                batch.withReadableBytes { b in
+                batches[region].withReadableBytes { b in
                     let second = UnsafeRawBufferPointer(rebasing: b[range])
                     // TLS: one SSL_write of the backlog, else of the pass's whole range
                     // (one encryption per recipient per pass, records up to 16 KiB).
@@ -393,7 +421,9 @@ final class Fanout: FrameSink {
     /// no range points into the batch any more; it is emptied.
     func endPass() {
         assert(outboxes.allSatisfy { $0.batchStart == $0.batchEnd }, "a batch range outlived its pass")
-        batch.consume(batch.count, keepCapacity: Self.retainedBatchBytes)
+        for i in batches.indices where batches[i].capacity > 0 {
+            batches[i].consume(batches[i].count, keepCapacity: Self.retainedBatchBytes)
+        }
     }
 
     /// What one flush did.
@@ -474,8 +504,9 @@ final class Fanout: FrameSink {
     private func torn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
         let header = box.json ? JSONFrameCodec.headerSize : FrameCodec.headerSize
         let order = box.json ? ByteOrder.little : relaySettings.byteOrder
+        let region = box.batchForm.rawValue
         return box.queue.withReadableBytes { q in
-            batch.withReadableBytes { b in
+            batches[region].withReadableBytes { b in
                 var p = box.torn
                 while p < n {
                     let at = p < q.count ? UnsafeRawBufferPointer(rebasing: q[p...])
