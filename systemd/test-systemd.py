@@ -697,13 +697,18 @@ def test_json_socket(t, stage):
 API_SOCKET = "/run/roomcastd/api.sock"
 
 
+def in_container(path):
+    """`path` inside the container, as this process (on the host) reaches it."""
+    return f"/proc/{PID1}/root{path}"
+
+
 def api_get(path="/healthz", timeout=5.0):
     """GET over the API's Unix socket (root: allowed by SO_PEERCRED); the
     status code, or the error's name when there is no answer."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
-        s.connect(API_SOCKET)
+        s.connect(in_container(API_SOCKET))
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: roomcastd\r\nConnection: close\r\n\r\n".encode())
         reply = b""
         while b"\r\n" not in reply:
@@ -728,8 +733,9 @@ def test_api_socket(t, stage):
     deadline = time.monotonic() + 10
     while api_get() != 200 and time.monotonic() < deadline:
         time.sleep(0.05)
-    t.check("GET /healthz on the Unix socket: 200", api_get() == 200, str(api_get()))
-    st = os.stat(API_SOCKET)
+    t.check("GET /healthz on the Unix socket: 200", api_get() == 200,
+            f"{api_get()}; " + run("journalctl", "-u", UNIT, "-n", "15", "--no-pager", check=False).stdout)
+    st = os.stat(in_container(API_SOCKET))
     results = []
     stop = threading.Event()
 
@@ -752,7 +758,7 @@ def test_api_socket(t, stage):
     refused = sum(n for r, n in failures.items() if r != "closed unanswered")
     print(f"        {len(results)} requests across the restart: {results.count(200)} answered 200, {failures or 'no failures'}")
     t.check(f"requests across the restart: none refused ({refused}), the socket file the same (inode kept)",
-            refused == 0 and results.count(200) > 0 and os.stat(API_SOCKET).st_ino == st.st_ino, str(failures))
+            refused == 0 and results.count(200) > 0 and os.stat(in_container(API_SOCKET)).st_ino == st.st_ino, str(failures))
     write_config(stage, "")
     run("systemctl", "restart", UNIT, check=False)
 
@@ -1326,7 +1332,8 @@ def test_standalone(t, stage):
     port = free_port()
     write_config(stage, f"[server]\nlisten = 127.0.0.1:{port}\n")
     p = run("systemctl", "start", "roomcastd-standalone.service", check=False)
-    t.check("systemctl start roomcastd-standalone.service", p.returncode == 0, p.stderr.strip())
+    t.check("systemctl start roomcastd-standalone.service", p.returncode == 0, p.stderr.strip() + "\n"
+            + run("journalctl", "-u", "roomcastd-standalone.service", "-n", "15", "--no-pager", check=False).stdout)
     t.check("it stopped the conflicting roomcastd.socket",
             show("roomcastd.socket", "ActiveState")["ActiveState"] == "inactive")
     a, b = Client(port), Client(port)
