@@ -111,6 +111,11 @@ final class ClusterLink: RelayObserver {
     private var streamsToLog: Set<RoomName> = []
     private var loggedLastStream: UInt64 = 0
 
+    /// The moderation hash was loaded since the publisher last connected
+    /// (ClusterModeration.swift), and when it was asked for (wall ms; nil: not asked).
+    var moderationLoaded = false
+    var moderationAskedMs: Int64?
+
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
     var converted: [UInt8] = []
@@ -372,7 +377,7 @@ final class ClusterLink: RelayObserver {
             subscribed = rooms
             changedRooms.removeAll()
             let all = rooms.map { channels.room($0) }
-            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel, channels.daemons], .subscribe)
+            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel, channels.daemons, channels.control], .subscribe)
             var start = 0
             while start < all.count {
                 let end = min(start + Self.subscribeBatch, all.count)
@@ -428,6 +433,7 @@ final class ClusterLink: RelayObserver {
         if let settled = c.settledAtMs, now &- settled >= settings.timeoutMs { c.attempts = 0 }
         c.settledAtMs = nil
         if c.role == .subscriber { subscribed.removeAll(); changedRooms.removeAll() }
+        if c.role == .publisher { moderationAskedMs = nil }
         random ^= random << 13; random ^= random >> 7; random ^= random << 17
         let delay = Self.retryDelayMs(failedAttempts: c.attempts, random: random)
         c.retryAtMs = now + delay
@@ -453,7 +459,10 @@ final class ClusterLink: RelayObserver {
     func becameReady(_ c: RedisConnection, now: UInt64) {
         c.state = .ready
         lastHeardMs = now  // the heartbeat round trip starts over
-        if c.role == .publisher { nextHeartbeatMs = now }
+        if c.role == .publisher {
+            nextHeartbeatMs = now
+            loadModeration()
+        }
         if c.role == .publisher && restoredAfterCrash {
             restoredAfterCrash = false
             announceRestoredMembers()
