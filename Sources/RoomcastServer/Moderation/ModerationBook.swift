@@ -135,6 +135,11 @@ struct ModerationBook {
     /// Ms until the next expiry may be due (nil: none held).
     func nextTimeout(fromMs nowMs: UInt64) -> UInt64? { wheel.nextTimeout(from: nowMs) }
 
+    /// Every entry and setting held (what a restart carries over). O(entries).
+    var records: [ModerationRecord] {
+        index.values.map { slots[$0]!.record } + slowMode.map { .settings($0.key, slowModeSeconds: $0.value.seconds, setMs: $0.value.setMs) }
+    }
+
     /// `room`'s slow mode in s (0: off).
     func slowModeSeconds(_ room: RoomName) -> Int { slowMode[room]?.seconds ?? 0 }
 
