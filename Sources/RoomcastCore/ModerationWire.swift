@@ -10,13 +10,17 @@
 //   setting of the cluster, one field each:
 //       ban:ROOM:SUB      -> "UNTIL_MS SET_MS REASON"
 //       mute:ROOM:SUB     -> "UNTIL_MS SET_MS REASON"
-//       settings:ROOM     -> "SLOW_MODE_SECONDS SET_MS"
-//   UNTIL_MS and SET_MS are wall-clock ms since the epoch. A daemon loads
-//   the hash (HGETALL) whenever its publisher connects; an expired entry is
-//   removed by the daemons that see it expire (an HDEL only while the
-//   value is still the one that expired).
+//                            or "UNTIL_MS SET_MS !": removed at SET_MS
+//       settings:ROOM     -> "SLOW_MODE_SECONDS SET_MS" (0: off)
+//   UNTIL_MS and SET_MS are wall-clock ms since the epoch. A removal stays
+//   in the hash until the entry would have expired, so that a daemon that
+//   was cut off learns of it, and a hash that lost an entry (a Redis
+//   restarted without persistence) is told it again by the daemons that
+//   hold it. A daemon loads the hash (HGETALL) whenever its connections
+//   come up; an expired entry is removed by the daemons that see it expire
+//   (an HDEL only while the value is still the one that expired).
 // - The channel `roomcast:NAME:control` carries the changes, one message
-//   each, `ORIGIN set FIELD VALUE`, `ORIGIN del FIELD SET_MS` or
+//   each, `ORIGIN set FIELD VALUE` (a removal too) or
 //   `ORIGIN kick ROOM sub|name VALUE` (ORIGIN: the sender's 16 hex digits).
 //   Daemons that predate it never subscribe to it.
 
@@ -51,11 +55,13 @@ public enum ModerationRecord: Equatable, Sendable {
     case entry(ModerationKey, untilMs: Int64, setMs: Int64, reason: String)
     /// A room's slow mode (0: off), set at `setMs`.
     case settings(RoomName, slowModeSeconds: Int, setMs: Int64)
+    /// A ban or mute removed at `setMs` that was in force until `untilMs`.
+    case removed(ModerationKey, untilMs: Int64, setMs: Int64)
 
     /// The hash field.
     public var field: String {
         switch self {
-        case .entry(let key, _, _, _): key.field
+        case .entry(let key, _, _, _), .removed(let key, _, _): key.field
         case .settings(let room, _, _): "settings:" + moderationEncoded(room.bytes)
         }
     }
@@ -65,12 +71,21 @@ public enum ModerationRecord: Equatable, Sendable {
         switch self {
         case .entry(_, let until, let set, let reason): "\(until) \(set) \(moderationEncoded(Array(reason.utf8)))"
         case .settings(_, let seconds, let set): "\(seconds) \(set)"
+        case .removed(_, let until, let set): "\(until) \(set) !"
         }
     }
 
     public var setMs: Int64 {
         switch self {
-        case .entry(_, _, let set, _), .settings(_, _, let set): set
+        case .entry(_, _, let set, _), .settings(_, _, let set), .removed(_, _, let set): set
+        }
+    }
+
+    /// Until when an entry or removal matters, wall-clock ms (nil: a setting, always).
+    public var untilMs: Int64? {
+        switch self {
+        case .entry(_, let until, _, _), .removed(_, let until, _): until
+        case .settings: nil
         }
     }
 
@@ -87,7 +102,12 @@ public enum ModerationRecord: Equatable, Sendable {
             self = .settings(room, slowModeSeconds: seconds, setMs: set)
         case .entry(let key)?:
             guard v.count == 3, let until = Int64(String(decoding: v[0], as: UTF8.self)),
-                  let set = Int64(String(decoding: v[1], as: UTF8.self)), let reason = moderationDecoded(v[2]) else { return nil }
+                  let set = Int64(String(decoding: v[1], as: UTF8.self)) else { return nil }
+            if v[2].elementsEqual("!".utf8) {
+                self = .removed(key, untilMs: until, setMs: set)
+                return
+            }
+            guard let reason = moderationDecoded(v[2]) else { return nil }
             self = .entry(key, untilMs: until, setMs: set, reason: String(decoding: reason, as: UTF8.self))
         case nil:
             return nil
@@ -120,8 +140,6 @@ public struct ControlMessage: Equatable, Sendable {
     public enum Operation: Equatable, Sendable {
         /// A record set (or replaced).
         case set(ModerationRecord)
-        /// A record removed at `setMs` (wall-clock ms); `field` as in the hash.
-        case remove(field: String, setMs: Int64)
         /// Remove the members of `room` whose sub (`bySub`) or name is `value`.
         case kick(RoomName, bySub: Bool, value: [UInt8])
     }
@@ -140,7 +158,6 @@ public struct ControlMessage: Equatable, Sendable {
         let head = ClusterEnvelope.hex(origin)
         switch operation {
         case .set(let r): return Array("\(head) set \(r.field) \(r.value)".utf8)
-        case .remove(let field, let set): return Array("\(head) del \(field) \(set)".utf8)
         case .kick(let room, let bySub, let value):
             return Array("\(head) kick \(moderationEncoded(room.bytes)) \(bySub ? "sub" : "name") \(moderationEncoded(value))".utf8)
         }
@@ -159,10 +176,6 @@ public struct ControlMessage: Equatable, Sendable {
             let fv = rest.split(separator: UInt8(ascii: " "), maxSplits: 1, omittingEmptySubsequences: false)
             guard fv.count == 2, let record = ModerationRecord(field: fv[0], value: fv[1]) else { return nil }
             operation = .set(record)
-        case "del":
-            let fs = rest.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
-            guard fs.count == 2, !fs[0].isEmpty, let set = Int64(String(decoding: fs[1], as: UTF8.self)) else { return nil }
-            operation = .remove(field: String(decoding: fs[0], as: UTF8.self), setMs: set)
         case "kick":
             let k = rest.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
             guard k.count == 3, let room = moderationDecoded(k[0]), !room.isEmpty, let value = moderationDecoded(k[2]), !value.isEmpty else {

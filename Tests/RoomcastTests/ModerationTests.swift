@@ -17,6 +17,11 @@ import Testing
         #expect(ModerationRecord(field: Array(slow.field.utf8), value: Array(slow.value.utf8)) == slow)
         let empty = ModerationRecord.entry(ModerationKey(.mute, room: "r", sub: [0x61]), untilMs: 2, setMs: 1, reason: "")
         #expect(ModerationRecord(field: Array(empty.field.utf8), value: Array(empty.value.utf8)) == empty)
+        // A removal keeps its field until the entry would have expired; a reason "!" is no removal.
+        let gone = ModerationRecord.removed(key, untilMs: 9, setMs: 8)
+        #expect(gone.value == "9 8 !" && ModerationRecord(field: Array(gone.field.utf8), value: Array(gone.value.utf8)) == gone)
+        let bang = ModerationRecord.entry(key, untilMs: 9, setMs: 8, reason: "!")
+        #expect(bang.value == "9 8 %21" && ModerationRecord(field: Array(bang.field.utf8), value: Array(bang.value.utf8)) == bang)
     }
 
     @Test func foreignFieldsAndValuesAreRefused() {
@@ -31,7 +36,7 @@ import Testing
         let ops: [ControlMessage.Operation] = [
             .set(.entry(key, untilMs: 9, setMs: 8, reason: "r")),
             .set(.settings("lobby", slowModeSeconds: 3, setMs: 1)),
-            .remove(field: key.field, setMs: 77),
+            .set(.removed(key, untilMs: 9, setMs: 77)),
             .kick("live 42", bySub: true, value: Array("u 1".utf8)),
             .kick("live 42", bySub: false, value: Array("bob".utf8)),
         ]
@@ -42,7 +47,7 @@ import Testing
         #expect(String(decoding: ControlMessage(origin: 1, .kick("r", bySub: false, value: [0x62])).encoded, as: UTF8.self)
                 == "0000000000000001 kick r name b")
         for bad in ["", "1 set ban:r:s 1 1 x", "000000000000000g set ban:r:s 1 1 x", "0000000000000001 nuke r",
-                    "0000000000000001 kick r who b", "0000000000000001 kick r sub ", "0000000000000001 del ban:r:s x"] {
+                    "0000000000000001 kick r who b", "0000000000000001 kick r sub ", "0000000000000001 del ban:r:s 1"] {
             #expect(ControlMessage(Array(bad.utf8)) == nil, "\(bad)")
         }
     }
@@ -114,22 +119,27 @@ import Testing
         #expect(throws: ModerationBook.Refusal.stale) { try book.setSlowMode("r", seconds: 30, setMs: 5, wallMs: 6) }
     }
 
-    @Test func aLoadReplacesWhatWasSetBeforeItWasAsked() throws {
+    @Test func aLoadTakesTheLaterAndGivesBackWhatRedisLost() throws {
         var book = ModerationBook(nowMs: 0)
-        let old = Self.entry(sub: "old", until: 100_000, set: 10)      // removed elsewhere while we were away
-        let fresh = Self.entry(sub: "fresh", until: 100_000, set: 60)  // heard after the load was asked
-        try book.set(old, nowMs: 0, wallMs: 0)
-        try book.set(fresh, nowMs: 0, wallMs: 0)
-        try book.setSlowMode("gone", seconds: 5, setMs: 10, wallMs: 0)
+        let removedElsewhere = Self.entry(sub: "old", until: 100_000, set: 10)
+        let lost = Self.entry(sub: "lost", until: 100_000, set: 10)          // Redis restarted without it
+        let newerHere = Self.entry(sub: "newer", until: 200_000, set: 60)    // the hash has an older one
+        try book.set(removedElsewhere, nowMs: 0, wallMs: 0)
+        try book.set(lost, nowMs: 0, wallMs: 0)
+        try book.set(newerHere, nowMs: 0, wallMs: 0)
+        try book.setSlowMode("slow-here", seconds: 5, setMs: 10, wallMs: 0)
         let remote = Self.entry(sub: "remote", until: 100_000, set: 20)
         let expired = Self.entry(sub: "expired", until: 40, set: 20)
-        let (taken, gone) = book.load([remote.record, expired.record, .settings("slow", slowModeSeconds: 7, setMs: 20)],
-                                      askedMs: 50, nowMs: 0, wallMs: 50)
+        let hash: [ModerationRecord] = [remote.record, expired.record, .removed(removedElsewhere.key, untilMs: 100_000, setMs: 30),
+                                        Self.entry(sub: "newer", until: 100_000, set: 50).record,
+                                        .settings("slow", slowModeSeconds: 7, setMs: 20)]
+        let (taken, gone, missing) = book.load(hash, nowMs: 0, wallMs: 50)
         #expect(taken == [remote.record, .settings("slow", slowModeSeconds: 7, setMs: 20)])
         #expect(gone == [expired.record])
-        #expect(book.active(old.key, wallMs: 50) == nil)
-        #expect(book.active(fresh.key, wallMs: 50) == fresh)
+        #expect(Set(missing.map(\.field)) == [lost.key.field, newerHere.key.field, "settings:slow-here"])
+        #expect(book.active(removedElsewhere.key, wallMs: 50) == nil, "a removal while cut off reached us")
+        #expect(book.active(lost.key, wallMs: 50) == lost && book.active(newerHere.key, wallMs: 50) == newerHere)
         #expect(book.active(remote.key, wallMs: 50) == remote)
-        #expect(book.slowModeSeconds("gone") == 0 && book.slowModeSeconds("slow") == 7)
+        #expect(book.slowModeSeconds("slow-here") == 5 && book.slowModeSeconds("slow") == 7)
     }
 }

@@ -89,10 +89,10 @@ extension Server {
     private func deleteEntry(_ key: ModerationKey) throws(APIError) -> APIResponse {
         try requireCluster()
         let set = moderationStamp()
-        guard moderation.remove(key, setMs: set, wallMs: set) != nil else {
+        guard let entry = moderation.remove(key, setMs: set, wallMs: set) else {
             throw APIError(404, "not_\(key.kind == .ban ? "banned" : "muted")", "no \(key.kind.rawValue) of this sub in this room is in force")
         }
-        cluster?.remove(field: key.field, setMs: set)
+        cluster?.store(.removed(key, untilMs: entry.untilMs, setMs: set))
         return .json("{\"removed\": true}")
     }
 
@@ -111,11 +111,7 @@ extension Server {
         } catch {
             throw APIError(409, "conflict", "a later change of this room's settings is already here; retry")
         }
-        if x == 0 {
-            cluster?.remove(field: ModerationRecord.settings(room, slowModeSeconds: 0, setMs: 0).field, setMs: set)
-        } else {
-            cluster?.store(.settings(room, slowModeSeconds: Int(x), setMs: set))
-        }
+        cluster?.store(.settings(room, slowModeSeconds: Int(x), setMs: set))
     }
 
     /// The entries in force by sub's bytes, `limit` after `cursor` (the last sub of the previous page).

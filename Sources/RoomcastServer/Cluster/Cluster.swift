@@ -111,10 +111,8 @@ final class ClusterLink: RelayObserver {
     private var streamsToLog: Set<RoomName> = []
     private var loggedLastStream: UInt64 = 0
 
-    /// The moderation hash was loaded since the publisher last connected
-    /// (ClusterModeration.swift), and when it was asked for (wall ms; nil: not asked).
+    /// The moderation hash was loaded since the connections last came up (ClusterModeration.swift).
     var moderationLoaded = false
-    var moderationAskedMs: Int64?
 
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
@@ -433,7 +431,6 @@ final class ClusterLink: RelayObserver {
         if let settled = c.settledAtMs, now &- settled >= settings.timeoutMs { c.attempts = 0 }
         c.settledAtMs = nil
         if c.role == .subscriber { subscribed.removeAll(); changedRooms.removeAll() }
-        if c.role == .publisher { moderationAskedMs = nil }
         random ^= random << 13; random ^= random >> 7; random ^= random << 17
         let delay = Self.retryDelayMs(failedAttempts: c.attempts, random: random)
         c.retryAtMs = now + delay
@@ -459,16 +456,16 @@ final class ClusterLink: RelayObserver {
     func becameReady(_ c: RedisConnection, now: UInt64) {
         c.state = .ready
         lastHeardMs = now  // the heartbeat round trip starts over
-        if c.role == .publisher {
-            nextHeartbeatMs = now
-            loadModeration()
-        }
+        if c.role == .publisher { nextHeartbeatMs = now }
         if c.role == .publisher && restoredAfterCrash {
             restoredAfterCrash = false
             announceRestoredMembers()
         }
         guard connected, let down = downSince else { return }
         downSince = nil
+        // Subscribed to the control channel now: what changes from here on
+        // is heard, what changed before is in the hash (ClusterModeration.swift).
+        loadModeration()
         remote.heardAll(nowMs: now)  // nobody could be heard while this daemon was cut off
         let fields: KeyValuePairs<String, String> = ["REASON": "cluster_up", "REDIS": address.description]
         if !everUp {

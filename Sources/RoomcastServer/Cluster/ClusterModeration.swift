@@ -17,21 +17,15 @@ extension ClusterLink {
     /// The longest wait before READY=1 for the hash, in ms.
     static let moderationWaitMs: UInt64 = 1_000
 
-    /// A change made here: into the hash, then to every daemon.
-    func store(_ record: ModerationRecord) {
+    /// A change made here (a removal too): into the hash, then, unless
+    /// `tellOthers` is false (a record Redis lost, told again), to every daemon.
+    func store(_ record: ModerationRecord, tellOthers: Bool = true) {
         guard publisher.state == .ready else { return }
         publisher.command([Array("HSET".utf8), channels.moderation, Array(record.field.utf8), Array(record.value.utf8)], .store)
-        publishControl(.set(record))
+        if tellOthers { publishControl(.set(record)) }
     }
 
-    /// A removal made here (a DELETE, slow mode 0), at `setMs`.
-    func remove(field: String, setMs: Int64) {
-        guard publisher.state == .ready else { return }
-        publisher.command([Array("HDEL".utf8), channels.moderation, Array(field.utf8)], .store)
-        publishControl(.remove(field: field, setMs: setMs))
-    }
-
-    /// An entry whose time is up: out of the hash unless it was set again.
+    /// An entry (or removal) whose time is up: out of the hash unless it was set again.
     /// Every daemon that held it asks; the first one removes it.
     func forgetExpired(_ record: ModerationRecord) {
         guard publisher.state == .ready else { return }
@@ -46,10 +40,9 @@ extension ClusterLink {
         _ = publisher.publish(channels.control, ControlMessage(origin: origin, operation).encoded, nowMs: nowMs)
     }
 
-    /// The publisher is ready: HGETALL of the hash.
+    /// Both connections are ready (the control channel subscribed): HGETALL of the hash.
     func loadModeration() {
         moderationLoaded = false
-        moderationAskedMs = server.wallClock()
         publisher.command([Array("HGETALL".utf8), channels.moderation], .load)
     }
 
@@ -77,7 +70,7 @@ extension ClusterLink {
                            ["REASON": "cluster_bad_message", "REDIS": address.description])
         }
         moderationLoaded = true
-        server.loadModeration(records, askedMs: moderationAskedMs ?? server.wallClock(), now: nowMs)
+        server.loadModeration(records, now: nowMs)
     }
 
     /// Redis refused an HSET, HDEL, EVAL or HGETALL (an ACL, out of memory):

@@ -32,14 +32,14 @@ extension ClusterLink {
 
     /// Before READY=1: waits until the moderation hash is loaded
     /// (ClusterModeration.swift), so that a daemon started after a ban
-    /// refuses the banned from its first client on, or until the publisher
+    /// refuses the banned from its first client on, or until a connection
     /// fails or `min(cluster.timeout, moderationWaitMs)` passes.
     /// - Returns: whether it is loaded.
     @discardableResult
     func awaitModerationLoaded() -> Bool {
         let deadline = Sys.monotonicMs() + min(settings.timeoutMs, Self.moderationWaitMs)
         while !moderationLoaded {
-            guard publisher.state != .idle, poll([publisher], until: deadline) else { break }
+            guard publisher.state != .idle, subscriber.state != .idle, poll([publisher, subscriber], until: deadline) else { break }
         }
         return moderationLoaded
     }

@@ -135,25 +135,21 @@ extension Server {
             if case .entry(let key, let until, let set, let reason) = record {
                 enforceBan(.init(key: key, untilMs: until, setMs: set, reason: reason), now: now)
             }
-        case .remove(let field, let set):
-            switch ModerationField(field.utf8) {
-            case .entry(let key)?: moderation.remove(key, setMs: set, wallMs: wall)
-            case .settings(let room)?: try? moderation.setSlowMode(room, seconds: 0, setMs: set, wallMs: wall)
-            case nil: return
-            }
         case .kick(let room, let bySub, let value):
             kickMembers(of: room, bySub: bySub, value: value, now: now)
         }
     }
 
     /// Redis's moderation hash as loaded at connect (`ModerationBook.load`).
-    func loadModeration(_ records: [ModerationRecord], askedMs: Int64, now: UInt64) {
-        let (taken, expired) = moderation.load(records, askedMs: askedMs, nowMs: now, wallMs: wallClock())
+    func loadModeration(_ records: [ModerationRecord], now: UInt64) {
+        let (taken, expired, missing) = moderation.load(records, nowMs: now, wallMs: wallClock())
         for r in expired { cluster?.forgetExpired(r) }
+        for r in missing { cluster?.store(r, tellOthers: false) }
         for case .entry(let key, let until, let set, let reason) in taken where key.kind == .ban {
             enforceBan(.init(key: key, untilMs: until, setMs: set, reason: reason), now: now)
         }
         logger.info("cluster: moderation loaded from Redis: \(moderation.count) bans and mutes, "
-                    + "\(plural(moderation.slowMode.count, "room")) in slow mode", ["REASON": "moderation_loaded"])
+                    + "\(plural(moderation.slowMode.count, "room")) in slow mode"
+                    + (missing.isEmpty ? "" : "; \(missing.count) that Redis lacked stored again"), ["REASON": "moderation_loaded"])
     }
 }

@@ -168,37 +168,34 @@ struct ModerationBook {
             try self.set(Entry(key: key, untilMs: until, setMs: set, reason: reason), nowMs: nowMs, wallMs: wallMs)
         case .settings(let room, let seconds, let set):
             try setSlowMode(room, seconds: seconds, setMs: set, wallMs: wallMs)
+        case .removed(let key, _, let set):
+            remove(key, setMs: set, wallMs: wallMs)
         }
     }
 
-    /// The cluster's whole state as Redis had it (HGETALL, asked at
-    /// `askedMs`, wall ms): what is held here and was set before the ask
-    /// but is not in it was removed meanwhile (or never stored) and goes;
-    /// what is in it is taken unless removed or set later here.
-    /// - Returns: the entries taken (their members must go or be told),
-    ///   and those already expired (for Redis to forget).
-    mutating func load(_ records: [ModerationRecord], askedMs: Int64, nowMs: UInt64, wallMs: Int64)
-        -> (taken: [ModerationRecord], expired: [ModerationRecord]) {
+    /// The cluster's whole state as Redis had it (HGETALL): each record
+    /// taken by the usual rule (the later `setMs` wins, a removal included).
+    /// - Returns: the records taken that are in force (a ban's members must
+    ///   go), those whose time is up (for Redis to forget), and those held
+    ///   here that the hash lacks or has older (for Redis to be told again:
+    ///   it lost them, e.g. it restarted without persistence).
+    mutating func load(_ records: [ModerationRecord], nowMs: UInt64, wallMs: Int64)
+        -> (taken: [ModerationRecord], expired: [ModerationRecord], missing: [ModerationRecord]) {
         var taken: [ModerationRecord] = [], expired: [ModerationRecord] = []
-        var inSnapshot = Set<String>()
-        for r in records { inSnapshot.insert(r.field) }
-        for (key, slot) in index where !inSnapshot.contains(key.field) && slots[slot]!.setMs < askedMs {
-            _ = drop(slot)
-        }
-        for (room, s) in slowMode where s.setMs < askedMs && !inSnapshot.contains(ModerationRecord.settings(room, slowModeSeconds: 0, setMs: 0).field) {
-            slowMode[room] = nil
-        }
+        var inHash: [String: Int64] = [:]
         for r in records {
-            if case .entry(_, let until, _, _) = r, until <= wallMs {
+            inHash[r.field] = r.setMs
+            if let until = r.untilMs, until <= wallMs {
                 expired.append(r)
                 continue
             }
             do throws(Refusal) {
                 try apply(r, nowMs: nowMs, wallMs: wallMs)
-                taken.append(r)
+                if case .removed = r {} else { taken.append(r) }
             } catch {}
         }
-        return (taken, expired)
+        let missing = self.records.filter { r in inHash[r.field].map { $0 < r.setMs } ?? true }
+        return (taken, expired, missing)
     }
 
     // MARK: - Private
