@@ -46,7 +46,7 @@ public struct ModerationKey: Hashable, Sendable {
     }
 
     /// The hash field: `ban:ROOM:SUB`, percent-encoded.
-    public var field: String { "\(kind.rawValue):\(moderationEncoded(room.bytes)):\(moderationEncoded(sub))" }
+    public var field: String { "\(kind.rawValue):\(percentEncoded(room.bytes)):\(percentEncoded(sub))" }
 }
 
 /// A record of the moderation hash, or a change on the control channel.
@@ -62,14 +62,14 @@ public enum ModerationRecord: Equatable, Sendable {
     public var field: String {
         switch self {
         case .entry(let key, _, _, _), .removed(let key, _, _): key.field
-        case .settings(let room, _, _): "settings:" + moderationEncoded(room.bytes)
+        case .settings(let room, _, _): "settings:" + percentEncoded(room.bytes)
         }
     }
 
     /// The hash value.
     public var value: String {
         switch self {
-        case .entry(_, let until, let set, let reason): "\(until) \(set) \(moderationEncoded(Array(reason.utf8)))"
+        case .entry(_, let until, let set, let reason): "\(until) \(set) \(percentEncoded(Array(reason.utf8)))"
         case .settings(_, let seconds, let set): "\(seconds) \(set)"
         case .removed(_, let until, let set): "\(until) \(set) !"
         }
@@ -107,7 +107,7 @@ public enum ModerationRecord: Equatable, Sendable {
                 self = .removed(key, untilMs: until, setMs: set)
                 return
             }
-            guard let reason = moderationDecoded(v[2]) else { return nil }
+            guard let reason = percentDecoded(v[2]) else { return nil }
             self = .entry(key, untilMs: until, setMs: set, reason: String(decoding: reason, as: UTF8.self))
         case nil:
             return nil
@@ -125,12 +125,12 @@ public enum ModerationField: Equatable, Sendable {
         let f = field.split(separator: UInt8(ascii: ":"), omittingEmptySubsequences: false)
         guard let head = f.first.map({ String(decoding: $0, as: UTF8.self) }) else { return nil }
         if head == "settings" {
-            guard f.count == 2, let room = moderationDecoded(f[1]), !room.isEmpty else { return nil }
+            guard f.count == 2, let room = percentDecoded(f[1]), !room.isEmpty else { return nil }
             self = .settings(RoomName(bytes: room))
             return
         }
-        guard let kind = ModerationKind(rawValue: head), f.count == 3, let room = moderationDecoded(f[1]), !room.isEmpty,
-              let sub = moderationDecoded(f[2]), !sub.isEmpty else { return nil }
+        guard let kind = ModerationKind(rawValue: head), f.count == 3, let room = percentDecoded(f[1]), !room.isEmpty,
+              let sub = percentDecoded(f[2]), !sub.isEmpty else { return nil }
         self = .entry(ModerationKey(kind, room: RoomName(bytes: room), sub: sub))
     }
 }
@@ -159,7 +159,7 @@ public struct ControlMessage: Equatable, Sendable {
         switch operation {
         case .set(let r): return Array("\(head) set \(r.field) \(r.value)".utf8)
         case .kick(let room, let bySub, let value):
-            return Array("\(head) kick \(moderationEncoded(room.bytes)) \(bySub ? "sub" : "name") \(moderationEncoded(value))".utf8)
+            return Array("\(head) kick \(percentEncoded(room.bytes)) \(bySub ? "sub" : "name") \(percentEncoded(value))".utf8)
         }
     }
 
@@ -178,7 +178,7 @@ public struct ControlMessage: Equatable, Sendable {
             operation = .set(record)
         case "kick":
             let k = rest.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
-            guard k.count == 3, let room = moderationDecoded(k[0]), !room.isEmpty, let value = moderationDecoded(k[2]), !value.isEmpty else {
+            guard k.count == 3, let room = percentDecoded(k[0]), !room.isEmpty, let value = percentDecoded(k[2]), !value.isEmpty else {
                 return nil
             }
             let by = String(decoding: k[1], as: UTF8.self)
@@ -190,24 +190,24 @@ public struct ControlMessage: Equatable, Sendable {
     }
 }
 
-/// Percent-encoding of every byte but the unreserved ones (RFC 3986 §2.3).
-public func moderationEncoded(_ bytes: [UInt8]) -> String {
+/// Percent-encoding of every byte but the unreserved ones (RFC 3986 §2.3):
+/// room bytes in an API cursor, rooms, subs and reasons in Redis.
+public func percentEncoded(_ bytes: [UInt8]) -> String {
     var s = ""
     s.reserveCapacity(bytes.count)
     for c in bytes {
-        switch c {
-        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E: s.unicodeScalars.append(Unicode.Scalar(c))
-        default: s += "%" + (c < 16 ? "0" : "") + String(c, radix: 16, uppercase: true)
-        }
+        if isUnreserved(c) { s.unicodeScalars.append(Unicode.Scalar(c)) } else { s += "%" + (c < 16 ? "0" : "") + String(c, radix: 16, uppercase: true) }
     }
     return s
 }
 
-/// The inverse of `moderationEncoded`; nil when a byte is neither
-/// unreserved nor a `%` with two hex digits.
-public func moderationDecoded(_ text: some Collection<UInt8>) -> [UInt8]? {
+/// Percent-decoding (RFC 3986 §2.1); nil when a `%` is not followed by two
+/// hex digits or, when `strict`, a byte is neither that nor unreserved
+/// (the inverse of `percentEncoded`).
+public func percentDecoded(_ text: some Collection<UInt8>, strict: Bool = true) -> [UInt8]? {
     var out: [UInt8] = []
     let b = Array(text)
+    out.reserveCapacity(b.count)
     var i = 0
     func hex(_ c: UInt8) -> UInt8? {
         switch c {
@@ -218,17 +218,23 @@ public func moderationDecoded(_ text: some Collection<UInt8>) -> [UInt8]? {
         }
     }
     while i < b.count {
-        switch b[i] {
-        case 0x25:
+        if b[i] == 0x25 {
             guard i + 2 < b.count, let h = hex(b[i + 1]), let l = hex(b[i + 2]) else { return nil }
             out.append(h << 4 | l)
             i += 3
-        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E:
+        } else {
+            guard !strict || isUnreserved(b[i]) else { return nil }
             out.append(b[i])
             i += 1
-        default:
-            return nil
         }
     }
     return out
+}
+
+/// ALPHA, DIGIT, `-`, `.`, `_`, `~` (RFC 3986 §2.3).
+private func isUnreserved(_ c: UInt8) -> Bool {
+    switch c {
+    case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E: true
+    default: false
+    }
 }
