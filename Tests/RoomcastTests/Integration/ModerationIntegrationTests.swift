@@ -211,4 +211,20 @@ struct ModerationIntegrationTests {
         let p2 = try #require(m.api.request("GET", "/v1/rooms/r/bans?limit=2&cursor=b"))
         #expect(p2.body.contains(#""sub": "c""#) && p2.body.contains(#""next_cursor": null"#))
     }
+
+    @Test("kick by name matches every member of that name, byte for byte: an NFD spelling is another name")
+    func kickByNameComparesBytes() throws {
+        let m = try ModerationDaemon(auth: false)
+        let nfc = "Jos\u{E9}", nfd = "Jose\u{301}"
+        let a = try m.daemon.connect(), b = try m.daemon.connect(), c = try m.daemon.connect()
+        try a.send(Wire.join(Wire.user(nfc, room: "r")))
+        try b.send(Wire.join(Wire.user(nfc, room: "r")))
+        try c.send(Wire.join(Wire.user(nfd, room: "r")))
+        #expect(waitUntil(.seconds(5)) { m.api.request("GET", "/v1/rooms/r")?.body.contains(#""viewers": 3"#) == true })
+        let k = try #require(m.api.request("POST", "/v1/rooms/r/kick", body: "{\"name\": \"\(nfc)\"}"))
+        #expect(k.body.contains(#""kicked": 2"#), "\(k.body): Swift's String == would match the NFD spelling too (3)")
+        a.expectClosed()
+        b.expectClosed()
+        c.expectOpen()
+    }
 }
