@@ -13,11 +13,17 @@ public struct ClusterChannels: Sendable {
     public let heartbeatPrefix: [UInt8]
     /// `roomcast:NAME:daemons`: every daemon's heartbeat and its bye, for all the others.
     public let daemons: [UInt8]
+    /// `roomcast:NAME:control`: moderation changes and kicks (ModerationWire.swift).
+    public let control: [UInt8]
+    /// `roomcast:NAME:moderation`: the key of the hash of bans, mutes and settings.
+    public let moderation: [UInt8]
 
     public init(name: String) {
         roomPrefix = Array("roomcast:\(name):room:".utf8)
         heartbeatPrefix = Array("roomcast:\(name):hb:".utf8)
         daemons = Array("roomcast:\(name):daemons".utf8)
+        control = Array("roomcast:\(name):control".utf8)
+        moderation = Array("roomcast:\(name):moderation".utf8)
     }
 
     /// `roomcast:NAME:room:ROOM`: where every frame relayed to ROOM goes.

@@ -16,6 +16,8 @@
 ///                     its `FieldTag.webSocket` record), a tag of its own so
 ///                     that a reader before it skips it (and closes or serves
 ///                     afresh the descriptor, instead of speaking LTB to it)
+///              tag 5: one ban, mute or room setting (`ModerationTag`: its
+///                     hash field and value, ModerationWire.swift)
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -50,6 +52,9 @@ public struct HandOverState: Equatable, Sendable {
     /// The cluster link's identity and numbering (docs/protocol.md §12);
     /// nil: no cluster, or a writer before it was added.
     public var cluster: Cluster? = nil
+    /// Bans, mutes and room settings in force (docs/api.md "Moderation");
+    /// empty before they were added.
+    public var moderation: [ModerationRecord] = []
 
     /// What the cluster link carries over, so that the other daemons see the
     /// same daemon go on: its origin and, per room with members, its stream
@@ -180,6 +185,11 @@ public struct HandOverState: Equatable, Sendable {
         case connection = 2
         case cluster = 3
         case webSocketConnection = 4
+        case moderation = 5
+    }
+
+    enum ModerationTag: UInt16 {
+        case field = 1, value
     }
 
     enum ClusterTag: UInt16 {
@@ -257,6 +267,11 @@ public struct HandOverState: Equatable, Sendable {
     /// At least the bytes `encode` writes for the cluster record `c`: its
     /// header, two integers, and per stream a header, the room's bytes and
     /// two integers.
+    /// At least the bytes of the moderation records.
+    public static func moderationBytesBound(_ records: [ModerationRecord]) -> Int {
+        records.reduce(0) { $0 + 3 * 6 + $1.field.utf8.count + $1.value.utf8.count }
+    }
+
     public static func clusterBytesBound(_ c: Cluster) -> Int {
         c.streams.reduce(6 + 2 * 14) { $0 + 6 + 6 + $1.room.bytes.count + 2 * 14 }
             + c.positions.reduce(0) { $0 + 6 + 6 + $1.room.bytes.count + 3 * 14 }
@@ -325,6 +340,12 @@ public struct HandOverState: Equatable, Sendable {
                         w.u64(ClusterTag.seq.rawValue, p.seq)
                     }
                 }
+            }
+        }
+        for m in moderation {
+            w.nested(RecordTag.moderation.rawValue) { w in
+                w.bytes(ModerationTag.field.rawValue, m.field.utf8)
+                w.bytes(ModerationTag.value.rawValue, m.value.utf8)
             }
         }
         let payloadBytes = w.bytes.count - Self.headerSize
@@ -408,6 +429,20 @@ public struct HandOverState: Equatable, Sendable {
                 state.connections.append(try decodeRecord(value))
             case .cluster:
                 state.cluster = try decodeCluster(value)
+            case .moderation:
+                var fields = Reader(value)
+                var field: UnsafeRawBufferPointer?, text: UnsafeRawBufferPointer?
+                while let (f, v) = try fields.next() {
+                    switch ModerationTag(rawValue: f) {
+                    case .field: field = v
+                    case .value: text = v
+                    case nil: break
+                    }
+                }
+                guard let field, let text, let record = ModerationRecord(field: field, value: text) else {
+                    throw .damaged("a moderation record that is not a field and its value")
+                }
+                state.moderation.append(record)
             case .webSocketConnection:
                 let r = try decodeRecord(value)
                 guard r.dialect == .webSocket, r.webSocket != nil else { throw .damaged("a WebSocket connection record without its WebSocket state") }

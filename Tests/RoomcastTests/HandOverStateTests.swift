@@ -120,6 +120,13 @@ struct HandOverStateTests {
         s.socketOptions = "30000/0"
         let back = try HandOverState.decode(s.encode())
         #expect(back.boxName == "livebox-12" && back.socketOptions == "30000/0")
+        #expect(back.moderation.isEmpty, "no moderation records: none decoded")
+        s.moderation = [.entry(ModerationKey(.ban, room: "a room", sub: Array("sub:1".utf8)), untilMs: 9_000, setMs: 8_000, reason: "spam"),
+                        .settings("a room", slowModeSeconds: 30, setMs: 7_000)]
+        #expect(try HandOverState.decode(s.encode()).moderation == s.moderation)
+        var without = s
+        without.moderation = []
+        #expect(s.encode().count - without.encode().count <= HandOverState.moderationBytesBound(s.moderation), "the size bound holds")
     }
 
     @Test("the torn-frame count and the time over output_soft_bytes round-trip; absent (an older writer), they default")

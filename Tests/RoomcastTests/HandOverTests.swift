@@ -493,4 +493,22 @@ struct HandOverTests {
         }
         pairs.forEach { close($0.0); close($0.1) }
     }
+
+    @Test("bans, mutes and slow mode survive a restart (a daemon without a cluster has no other copy)")
+    func moderationCarriesOver() throws {
+        let a = try Node(Self.config, clock: ManualClock())
+        let wall = wallClockMilliseconds()
+        let ban = ModerationBook.Entry(key: ModerationKey(.ban, room: "stage", sub: Array("troll".utf8)), untilMs: wall + 600_000,
+                                       setMs: wall, reason: "raid")
+        let mute = ModerationBook.Entry(key: ModerationKey(.mute, room: "stage", sub: Array("loud".utf8)), untilMs: wall + 60_000,
+                                        setMs: wall, reason: "")
+        try a.server.moderation.set(ban, nowMs: a.clock.nowMs, wallMs: wall)
+        try a.server.moderation.set(mute, nowMs: a.clock.nowMs, wallMs: wall)
+        try a.server.moderation.setSlowMode("stage", seconds: 10, setMs: wall, wallMs: wall)
+        _ = a.connect()
+        let b = try Self.handOver(a)
+        #expect(b.server.moderation.active(ban.key, wallMs: wall + 1) == ban)
+        #expect(b.server.moderation.active(mute.key, wallMs: wall + 1) == mute)
+        #expect(b.server.moderation.slowModeSeconds("stage") == 10)
+    }
 }

@@ -95,44 +95,9 @@ struct IdempotencyCache {
     }
 }
 
-/// Percent-decoding of one path segment (RFC 3986 §2.1); nil when a `%`
-/// is not followed by two hex digits.
-func percentDecoded(_ s: Substring) -> [UInt8]? {
-    var out: [UInt8] = []
-    let b = Array(s.utf8)
-    var i = 0
-    func hex(_ c: UInt8) -> UInt8? {
-        switch c {
-        case 0x30...0x39: c - 0x30
-        case 0x41...0x46: c - 0x37
-        case 0x61...0x66: c - 0x57
-        default: nil
-        }
-    }
-    while i < b.count {
-        if b[i] == 0x25 {
-            guard i + 2 < b.count, let h = hex(b[i + 1]), let l = hex(b[i + 2]) else { return nil }
-            out.append(h << 4 | l)
-            i += 3
-        } else {
-            out.append(b[i])
-            i += 1
-        }
-    }
-    return out
-}
-
-/// Percent-encoding of room bytes for a cursor: unreserved bytes kept (RFC 3986 §2.3).
-func percentEncoded(_ bytes: [UInt8]) -> String {
-    var s = ""
-    for c in bytes {
-        switch c {
-        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E: s.unicodeScalars.append(Unicode.Scalar(c))
-        default: s += "%" + (c < 16 ? "0" : "") + String(c, radix: 16, uppercase: true)
-        }
-    }
-    return s
-}
+/// Percent-decoding of one path segment or query value (RFC 3986 §2.1;
+/// any other byte as it is); nil when a `%` is not followed by two hex digits.
+func percentDecoded(_ s: Substring) -> [UInt8]? { percentDecoded(s.utf8, strict: false) }
 
 /// The query's `name=value` pairs, values percent-decoded (nil: malformed).
 func queryItems(_ query: String) -> [String: [UInt8]]? {

@@ -69,13 +69,15 @@ extension Server {
         case let s where s.count == 4 && s[0] == "v1" && s[1] == "rooms" && s[3] == "kick":
             try method("POST")
             return try kick(try roomName(s[2]), body: body, now: now)
+        case let s where s.count >= 4 && s[0] == "v1" && s[1] == "rooms" && ["bans", "mutes", "settings"].contains(s[3]):
+            return try moderationRoute(request, s, body: body, now: now)  // APIModeration.swift
         default:
             throw APIError(404, "not_found", "no endpoint \(clipForLog(request.path, maxBytes: 80)) (docs/api.md)")
         }
     }
 
     /// A `{room}` segment: percent-decoded bytes, 1 ... `protocol.max_room_bytes`.
-    private func roomName(_ segment: Substring) throws(APIError) -> RoomName {
+    func roomName(_ segment: Substring) throws(APIError) -> RoomName {
         guard let bytes = percentDecoded(segment), !bytes.isEmpty else {
             throw APIError(400, "bad_room", "the room must be percent-encoded bytes, not empty")
         }
@@ -93,7 +95,7 @@ extension Server {
     }
 
     /// `limit` (1 ... 1000, default 100) of the query.
-    private func limit(_ items: [String: [UInt8]]) throws(APIError) -> Int {
+    func limit(_ items: [String: [UInt8]]) throws(APIError) -> Int {
         guard let raw = items["limit"] else { return 100 }
         guard let n = Int(String(decoding: raw, as: UTF8.self)), (1...1000).contains(n) else {
             throw APIError(400, "bad_limit", "limit must be 1 ... 1000")
@@ -129,7 +131,7 @@ extension Server {
         return .json("{\"room\": \(jsonStringLiteral(room.string)), \"viewers\": \(relay.memberCount(of: room)), \"members\": [\(list)], \"next_cursor\": \(next)}")
     }
 
-    private func jsonBody(_ body: [UInt8]) throws(APIError) -> JSONValue {
+    func jsonBody(_ body: [UInt8]) throws(APIError) -> JSONValue {
         let value: JSONValue
         do { value = try parseJSON(body) } catch { throw APIError(400, "bad_json", "the body is not JSON: \(error)") }
         guard case .object = value else { throw APIError(400, "bad_json", "the body must be a JSON object") }
@@ -210,23 +212,19 @@ extension Server {
     /// is sent the notice `kicked` and closed; the room gets its leave.
     private func kick(_ room: RoomName, body: [UInt8], now: UInt64) throws(APIError) -> APIResponse {
         let json = try jsonBody(body)
-        let matches: (Int) -> Bool
-        if case .string(let sub)? = json["sub"] {
-            matches = { [table] id in table.slots[id]?.auth?.claims.sub == sub }
-        } else if case .string(let name)? = json["name"] {
-            matches = { [relay] id in relay.name(of: id) == name }
+        let bySub: Bool
+        let value: String
+        if case .string(let sub)? = json["sub"], !sub.isEmpty {
+            (bySub, value) = (true, sub)
+        } else if case .string(let name)? = json["name"], !name.isEmpty {
+            (bySub, value) = (false, name)
         } else {
-            throw APIError(422, "bad_kick", "give {\"sub\": ...} (from signed joins) or {\"name\": ...}")
+            throw APIError(422, "bad_kick", "give {\"sub\": ...} (from signed joins) or {\"name\": ...}, not empty")
         }
-        let targets = relay.members(of: room).filter { table.isOpen($0) && matches($0) }
-        for id in targets {
-            sendNotice(id, Notice(code: "kicked", text: "removed from \(clipForLog(room.string, maxBytes: 64)) by the service"))
-            logger.info("\(table.address(of: id)): kicked from \(room) through the API", ["CLIENT_ADDR": table.address(of: id), "ROOM": room.string, "REASON": "kicked"])
-            depart(id)
-            heartbeats.untrack(id)
-            startDraining(id, now: now)
-        }
-        return .json("{\"kicked\": \(targets.count)}")
+        // Compared as bytes (the relay's rule, PeerText.swift), here and on every other daemon.
+        let n = kickMembers(of: room, bySub: bySub, value: Array(value.utf8), now: now)
+        cluster?.publishControl(.kick(room, bySub: bySub, value: Array(value.utf8)))
+        return .json("{\"kicked\": \(n)}")
     }
 }
 

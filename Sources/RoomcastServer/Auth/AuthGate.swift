@@ -132,6 +132,7 @@ extension Server {
             refuse(id, .notPermitted, "frame type \(type) is not in the token's 'may'", type: type, now: now)
             return .refused
         }
+        if refuseIfMuted(id, session, now: now) { return .refused }
         let user: UserInfo?
         switch type {
         case s.textType: user = try? ChatMessage(protobuf: body).user
@@ -161,6 +162,7 @@ extension Server {
                     refuse(id, .roomForbidden, TokenError.roomForbidden(room: room).description, type: type, now: now)
                     return .refused
                 }
+                if refuseIfBanned(id, room: room, sub: session.claims.sub, now: now) { return .refused }
                 return .pass
             }
             if config.auth.required && config.auth.anonymous == .none {
@@ -188,6 +190,7 @@ extension Server {
             refuse(id, .identityMismatch, problem, type: type, now: now)
             return .refused
         }
+        if refuseIfBanned(id, room: room, sub: claims.sub, now: now) { return .refused }
         return .join(session(claims, wallMs: wallMs, now: now))
     }
 

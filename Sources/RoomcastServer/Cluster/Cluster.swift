@@ -111,6 +111,9 @@ final class ClusterLink: RelayObserver {
     private var streamsToLog: Set<RoomName> = []
     private var loggedLastStream: UInt64 = 0
 
+    /// The moderation hash was loaded since the connections last came up (ClusterModeration.swift).
+    var moderationLoaded = false
+
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
     var converted: [UInt8] = []
@@ -372,7 +375,7 @@ final class ClusterLink: RelayObserver {
             subscribed = rooms
             changedRooms.removeAll()
             let all = rooms.map { channels.room($0) }
-            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel, channels.daemons], .subscribe)
+            c.command([Array("SUBSCRIBE".utf8), heartbeatChannel, channels.daemons, channels.control], .subscribe)
             var start = 0
             while start < all.count {
                 let end = min(start + Self.subscribeBatch, all.count)
@@ -460,6 +463,9 @@ final class ClusterLink: RelayObserver {
         }
         guard connected, let down = downSince else { return }
         downSince = nil
+        // Subscribed to the control channel now: what changes from here on
+        // is heard, what changed before is in the hash (ClusterModeration.swift).
+        loadModeration()
         remote.heardAll(nowMs: now)  // nobody could be heard while this daemon was cut off
         let fields: KeyValuePairs<String, String> = ["REASON": "cluster_up", "REDIS": address.description]
         if !everUp {

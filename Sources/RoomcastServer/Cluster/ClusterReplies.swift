@@ -33,6 +33,10 @@ extension ClusterLink {
             message(payload, room: nil)
             return true
         }
+        if channel.elementsEqual(channels.control) {
+            controlMessage(payload)  // ClusterModeration.swift
+            return true
+        }
         guard channel.count >= channels.roomPrefix.count,
               UnsafeRawBufferPointer(rebasing: channel[..<channels.roomPrefix.count]).elementsEqual(channels.roomPrefix) else {
             return false
@@ -131,6 +135,10 @@ extension Server {
             let up = link.awaitReady()
             logger.info(up ? "cluster: subscribed to \(plural(link.rooms.count, "restored room")) before READY=1"
                            : "cluster: Redis did not confirm the restored rooms before READY=1; they are subscribed once it does",
+                        ["REDIS": link.address.description])
+        }
+        if !link.awaitModerationLoaded() {
+            logger.info("cluster: the moderation state was not loaded from Redis before READY=1; it is once Redis answers",
                         ["REDIS": link.address.description])
         }
     }

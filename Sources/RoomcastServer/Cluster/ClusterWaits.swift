@@ -30,6 +30,20 @@ extension ClusterLink {
         return connected
     }
 
+    /// Before READY=1: waits until the moderation hash is loaded
+    /// (ClusterModeration.swift), so that a daemon started after a ban
+    /// refuses the banned from its first client on, or until a connection
+    /// fails or `min(cluster.timeout, moderationWaitMs)` passes.
+    /// - Returns: whether it is loaded.
+    @discardableResult
+    func awaitModerationLoaded() -> Bool {
+        let deadline = Sys.monotonicMs() + min(settings.timeoutMs, Self.moderationWaitMs)
+        while !moderationLoaded {
+            guard publisher.state != .idle, subscriber.state != .idle, poll([publisher, subscriber], until: deadline) else { break }
+        }
+        return moderationLoaded
+    }
+
     /// At a hand-over, before the state is written: the frames this
     /// process relayed last are written to Redis (at most `handOverWaitMs`;
     /// what is left then is dropped and counted, as for a slow Redis).

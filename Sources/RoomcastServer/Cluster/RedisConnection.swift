@@ -50,7 +50,8 @@ final class RedisConnection {
 
     /// What the reply at the front of the FIFO must answer.
     struct Expectation {
-        enum Kind { case pong, publish, subscribe, unsubscribe }
+        /// `store`: HSET, HDEL, EVAL (any reply but an error); `load`: HGETALL (field, value pairs).
+        enum Kind { case pong, publish, subscribe, unsubscribe, store, load }
         var kind: Kind
         /// The channels of a (UN)SUBSCRIBE, confirmed one by one in this order.
         var channels: [[UInt8]] = []
@@ -297,6 +298,8 @@ final class RedisConnection {
             switch e.kind {
             case .publish:
                 link.redisPublishRefused(self, reply.text)
+            case .store, .load:
+                link.redisModerationRefused(self, reply.text, load: e.kind == .load)
             case .pong, .subscribe, .unsubscribe:
                 // The whole command is refused (an ACL, a server that is
                 // loading): one error, no confirmation.
@@ -310,6 +313,19 @@ final class RedisConnection {
                 }
             case .publish:
                 guard reply.pointee.type == REDIS_REPLY_INTEGER else { return ("\(reply.summary) in answer to PUBLISH", .surprise) }
+            case .store:
+                break
+            case .load:
+                guard reply.pointee.type == REDIS_REPLY_ARRAY, reply.pointee.elements % 2 == 0 else {
+                    return ("\(reply.summary) in answer to HGETALL", .surprise)
+                }
+                var pairs: [(field: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)] = []
+                pairs.reserveCapacity(reply.pointee.elements / 2)
+                for i in stride(from: 0, to: reply.pointee.elements, by: 2) {
+                    guard let f = reply.bytes(at: i), let v = reply.bytes(at: i + 1) else { return ("a field or value of HGETALL that is not a string", .surprise) }
+                    pairs.append((f, v))
+                }
+                link.redisModerationLoaded(pairs)
             case .subscribe, .unsubscribe:
                 let word = e.kind == .subscribe ? "subscribe" : "unsubscribe"
                 guard reply.isArray(3), let kind = reply.bytes(at: 0), kind.elementsEqual(word.utf8),

@@ -168,6 +168,7 @@ extension Server {
             frame = JSONDialect.ltbFrame(type: type, nickname: table.slots[id]!.nickname ?? "", text: content, settings: s)
             guard reachesEveryone(id, frame, now: now) else { return }
             if auth.active(config), case .refused = frame.withUnsafeBytes({ authorize(id, type: type, frame: $0, now: now) }) { return }
+            guard slowModeAllows(id, type: type, now: now) else { return }
         case .success(.leave):
             // A leave before any nickname announces nothing.
             guard let name = table.slots[id]!.nickname else { return }

@@ -161,11 +161,13 @@ extension Server {
         let now = clock()
         let tlsClosed = closeTLSForRestart()
         let carried = cluster?.carry()
+        let moderated = moderation.records
         let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
-                                besides: carried.map(HandOverState.clusterBytesBound) ?? 0)
+                                besides: (carried.map(HandOverState.clusterBytesBound) ?? 0) + HandOverState.moderationBytesBound(moderated))
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
         state.cluster = carried
+        state.moderation = moderated
         // The live box (LiveStore.swift) already holds every descriptor: a
         // second box would put each client in flight twice, and descriptors
         // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes

@@ -93,6 +93,8 @@ extension Server {
         // The cluster link goes on as the same daemon (before the rooms reopen).
         if let carried = previous?.cluster { cluster?.adopt(carried) }
         let now = clock()
+        // Bans, mutes and slow mode go on (with a cluster, Redis's copy is loaded over them at connect).
+        for r in previous?.moderation ?? [] { try? moderation.apply(r, nowMs: now, wallMs: wallClock()) }
         let configure = previous?.socketOptions != socketOptions
         var restored = 0, fresh = 0, closed = 0
         for e in entries {

@@ -105,6 +105,8 @@ struct Connection {
     var closeReason: CloseReason?
     /// What its last accepted token proved (docs/protocol.md §13); nil: no token.
     var auth: AuthSession?
+    /// When its last text passed slow mode, in ms (Moderation/Moderation.swift).
+    var lastTextMs: UInt64?
     /// A WebSocket connection's protocol state; nil for the other dialects.
     var webSocket: WebSocketSession?
     /// The OpenSSL session (`SSL *`) of a connection from a `listen_tls`

@@ -201,6 +201,7 @@ extension Server {
             case .pass: break
             }
         }
+        guard slowModeAllows(id, type: type, now: now) else { return }
         let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
         if case .rejected = event { handleRejected(id, event, type: type, now: now) }
         else {

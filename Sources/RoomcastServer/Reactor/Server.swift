@@ -111,6 +111,11 @@ public final class Server {
     var page: PageFiles?
     /// `listen_tls`: the context, handshakes, counters (TLS/).
     var tls = TLSState()
+    /// Bans, mutes and slow mode (Moderation/), and the last change's wall-clock stamp (ms).
+    var moderation: ModerationBook
+    var lastModerationStamp: Int64 = 0
+    /// Frames refused by a ban, a mute or slow mode.
+    var moderationRefusals: UInt64 = 0
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -145,6 +150,7 @@ public final class Server {
         self.table.countPerIP = config.server.maxClientsPerIP > 0
         self.relay = Relay(settings: settings)
         self.heartbeats = Heartbeats(config, nowMs: clock())
+        self.moderation = ModerationBook(nowMs: clock())
         self.scratch = [UInt8](repeating: 0, count: Self.readSize)
     }
 
@@ -248,6 +254,7 @@ public final class Server {
         }
         var ms = deadline > now ? deadline - now : 0
         if let wheel = heartbeats.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
+        if let expiry = moderation.nextTimeout(fromMs: now) { ms = min(ms, expiry) }
         return min(ms, Self.maxWaitMs)
     }
 
@@ -274,6 +281,7 @@ public final class Server {
         heartbeats.expire(nowMs: now) { id, reason in expired.append((id, reason)) }
         for (id, reason) in expired { evict(id, reason) }
         if auth.nextDeadline.map({ $0 <= now }) ?? false { expireTokens(now: now) }
+        if moderation.count > 0 { expireModeration(now: now) }
         if !overSoft.isEmpty { checkSoftLimits(now: now) }
         if !draining.isEmpty { checkDrainDeadlines(now: now) }
         resumeAcceptingIfDue(now: now)

@@ -110,6 +110,7 @@ final class FakeRedis: Sendable {
         case "PING": right = "+PONG\r\n"
         case "SUBSCRIBE": right = args.map { "*3\r\n$9\r\nsubscribe\r\n$\($0.utf8.count)\r\n\($0)\r\n:1\r\n" }.joined()
         case "UNSUBSCRIBE": right = args.map { "*3\r\n$11\r\nunsubscribe\r\n$\($0.utf8.count)\r\n\($0)\r\n:0\r\n" }.joined()
+        case "HGETALL": right = "*0\r\n"  // no moderation stored
         default: right = ":0\r\n"  // PUBLISH: nobody listens
         }
         switch behaviour.withLock({ $0 }) {
