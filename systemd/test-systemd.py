@@ -942,12 +942,13 @@ def test_tls_sockets(t, stage):
             run("systemctl", "stop", unit, check=False)
             run("rm", "-f", f"/etc/systemd/system/{unit}")
         run("systemctl", "stop", UNIT, check=False)
-        run("rm", "-f", "/etc/systemd/system/roomcastd.service.d/tls.conf")
+        run("rm", "-rf", "/etc/systemd/system/roomcastd.service.d/tls.conf", TLS_DIR)  # apt purge must leave no /etc/roomcast
         run("systemctl", "daemon-reload")
         write_config(stage, "")
 
 
 HAPROXY = "/usr/sbin/haproxy"
+HAPROXY_DIR = "/etc/roomcast/haproxy"
 
 
 def test_haproxy_restart(t, stage):
@@ -959,7 +960,7 @@ def test_haproxy_restart(t, stage):
     if not os.access(HAPROXY, os.X_OK):
         t.check("haproxy is installed on the host (make deps)", False, HAPROXY)
         return
-    ca = make_certificate(stage, "/etc/roomcast/haproxy")
+    ca = make_certificate(stage, HAPROXY_DIR)
     d = os.path.dirname(ca)
     with open(f"{d}/haproxy.pem", "w") as f:
         f.write(open(ca).read() + open(f"{d}/key.pem").read())
@@ -1026,6 +1027,7 @@ def test_haproxy_restart(t, stage):
             haproxy.wait(5)
         run("systemctl", "disable", "--now", "roomcastd-json.socket", check=False)
         run("systemctl", "stop", UNIT, check=False)
+        run("rm", "-rf", HAPROXY_DIR)  # apt purge must leave no /etc/roomcast
         write_config(stage, "")
 
 
