@@ -78,7 +78,7 @@ do {
     keys = try Server.loadKeys(config)
     page = try Server.loadPage(config)
     apiKeys = try Server.loadAPIKeys(config)
-    tls = try Server.loadTLS(config, file: invocation.configPath)
+    tls = try Server.loadTLS(config, file: invocation.configPath, socketNames: systemd.listenFDs.map(\.name))
 } catch {
     systemd.notify("STATUS=invalid configuration: \(error.description)\nERRNO=22")
     flushBeforeExit(systemd)
@@ -87,15 +87,14 @@ do {
 
 // Every address must be bound once: the file's check covers its own lines
 // (exit 78 with the line), this one the command line's --listen, which
-// replaces [server] listen, against itself and [json] listen. Under socket
+// replaces [server] listen, against itself and every other listener of the
+// file, listen_tls included (exit 64, with the file's line). Under socket
 // activation nothing is bound, so nothing can collide.
 if !invocation.listen.isEmpty && systemd.listenFDs.isEmpty {
-    let allListen = config.server.listen + config.json.listen
-    for (i, address) in allListen.enumerated() {
-        guard let earlier = allListen[..<i].first(where: { $0.overlaps(address) }) else { continue }
-        let problem = earlier == address ? "listen address \(address) is given twice"
-            : "listen addresses \(earlier) and \(address) overlap (a wildcard address takes the port on every address)"
-        fail(problem + " (--listen must differ from itself and from [json] listen)", status: exUsage)
+    do {
+        try config.checkListenOverride(invocation.listen, file: invocation.configPath)
+    } catch {
+        fail(error.line == nil ? error.reason : error.description, status: exUsage)
     }
 }
 

@@ -44,6 +44,9 @@ public struct Config: Equatable, Sendable {
     public var api: API
     /// `[tls]` (TLSSection.swift).
     public var tls = TLS()
+    /// Where the file gave each TCP listen address (ListenAddress.swift).
+    /// Not a setting: equality ignores it.
+    public var listenSites = ListenSites()
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -125,6 +128,7 @@ public struct Config: Equatable, Sendable {
                                     : "overlaps \(other) at line \(first) (a wildcard address takes the port on every address)"))
                             }
                             listen[tcp] = listen[tcp] ?? e.line
+                            config.listenSites.add(tcp, key: name, line: e.line)
                         }
                         config.api.listen.append(address)
                     }
@@ -155,6 +159,7 @@ public struct Config: Equatable, Sendable {
                         config.server.listen.append(address)
                     }
                     listen[address] = listen[address] ?? e.line
+                    config.listenSites.add(address, key: name, line: e.line)
                     seen[name] = seen[name] ?? e.line
                     continue
                 }

@@ -44,6 +44,61 @@ public struct ListenAddress: Equatable, Hashable, Sendable, CustomStringConverti
     }
 }
 
+/// The TCP listen addresses a config file gave, in file order, each with
+/// its key and line: `[server]`, `[json]` and `[websocket]` `listen` and
+/// `listen_tls`, and `[api] listen`'s TCP addresses. Not a setting: two
+/// values are always equal, so that moving a line changes no reload plan.
+public struct ListenSites: Equatable, Sendable {
+    /// One address of the file: `key` is `section.key` (`json.listen_tls`),
+    /// `line` 1-based.
+    public struct Site: Equatable, Sendable {
+        public var address: ListenAddress
+        public var key: String
+        public var line: Int
+    }
+
+    public private(set) var sites: [Site] = []
+
+    public init() {}
+
+    mutating func add(_ address: ListenAddress, key: String, line: Int) {
+        sites.append(Site(address: address, key: key, line: line))
+    }
+
+    public static func == (a: ListenSites, b: ListenSites) -> Bool { true }
+}
+
+extension Config {
+    /// Checks the command line's `--listen` addresses, which replace
+    /// `[server] listen` (roomcastd(8)), against each other and against every
+    /// other TCP listener of the file (``ListenSites``: the `listen_tls` of
+    /// `[server]`, `[json]` and `[websocket]`, their `listen`, `[api] listen`),
+    /// with the rule of ``ListenAddress/overlaps(_:)``: each address is bound
+    /// once (bind(2) fails with EADDRINUSE otherwise).
+    /// - Parameters:
+    ///   - override: the `--listen` addresses, in command-line order.
+    ///   - file: the config file's name, for the error.
+    /// - Throws: ``ConfigError`` at the file's line when a `--listen` address
+    ///   collides with one of the file's, naming its key; without a line when
+    ///   two `--listen` addresses collide.
+    public func checkListenOverride(_ override: [ListenAddress], file: String) throws(ConfigError) {
+        func problem(_ a: ListenAddress, _ b: ListenAddress) -> String {
+            a == b ? "listen address \(a) is given twice"
+                : "listen addresses \(a) and \(b) overlap (a wildcard address takes the port on every address)"
+        }
+        for (i, address) in override.enumerated() {
+            if let earlier = override[..<i].first(where: { $0.overlaps(address) }) {
+                throw ConfigError(file: file, line: nil, reason: problem(earlier, address) + " (--listen must differ from itself)")
+            }
+            let others = listenSites.sites.filter { $0.key != "server.listen" }
+            if let site = others.first(where: { $0.address.overlaps(address) }) {
+                throw ConfigError(file: file, line: site.line, reason: "\(site.key): " + problem(address, site.address)
+                    + " (--listen replaces [server] listen and must differ from every other listener of the file)")
+            }
+        }
+    }
+}
+
 /// Splits `HOST:PORT` or `[HOST]:PORT` (the brackets IPv6 needs). The port
 /// is 0 ... 65535 in decimal, at most 5 digits; the host is non-empty, has no
 /// NUL, and has no `:` unless bracketed. Shared by the daemon's listen

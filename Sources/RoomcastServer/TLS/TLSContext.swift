@@ -1,4 +1,5 @@
 import COpenSSL
+import Glibc
 import RoomcastCore
 import RoomcastCrypto
 
@@ -34,9 +35,7 @@ public final class TLSContext {
         guard SSL_CTX_use_certificate_chain_file(ctx, settings.certFile) == 1 else {
             throw LoadError(key: "tls.cert_file", reason: "\(settings.certFile): " + openSSLErrorReason())
         }
-        guard SSL_CTX_use_PrivateKey_file(ctx, settings.keyFile, SSL_FILETYPE_PEM) == 1 else {
-            throw LoadError(key: "tls.key_file", reason: "\(settings.keyFile): " + openSSLErrorReason())
-        }
+        try Self.usePrivateKey(ctx, path: settings.keyFile)
         guard SSL_CTX_check_private_key(ctx) == 1 else {
             throw LoadError(key: "tls.key_file", reason: "\(settings.keyFile) is not the key of \(settings.certFile): " + openSSLErrorReason())
         }
@@ -52,6 +51,34 @@ public final class TLSContext {
 
     deinit { SSL_CTX_free(ctx) }
 
+    /// Reads `[tls] key_file` with the checks `[auth] key_file` gets
+    /// (`readSecretFile`: a regular file owned by the service user, mode
+    /// 0600 or 0400, at most 1 MiB), then hands its PEM to OpenSSL
+    /// (PEM_read_bio_PrivateKey(3), SSL_CTX_use_PrivateKey(3)). A file that
+    /// systemd's `LoadCredential=` placed in `$CREDENTIALS_DIRECTORY` passes:
+    /// systemd 252 makes it mode 0400, owned by the service's (dynamic) user
+    /// (systemd.exec(5), "Credentials").
+    /// - Throws: ``LoadError`` for `tls.key_file`: the file's problem (a reason
+    ///   naming owner or mode, never its bytes) or OpenSSL's.
+    static func usePrivateKey(_ ctx: OpaquePointer, path: String, owner: uid_t = geteuid()) throws(LoadError) {
+        let text: String
+        do {
+            text = try readSecretFile(path, owner: owner, what: "the TLS key file")
+        } catch {
+            throw LoadError(key: "tls.key_file", reason: "\(path): \(error.reason)")
+        }
+        let key: OpaquePointer? = text.utf8CString.withUnsafeBufferPointer { pem in
+            guard let bio = BIO_new_mem_buf(pem.baseAddress, Int32(pem.count - 1)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let key else { throw LoadError(key: "tls.key_file", reason: "\(path): " + openSSLErrorReason()) }
+        defer { EVP_PKEY_free(key) }  // SSL_CTX_use_PrivateKey takes its own reference
+        guard SSL_CTX_use_PrivateKey(ctx, key) == 1 else {
+            throw LoadError(key: "tls.key_file", reason: "\(path): " + openSSLErrorReason())
+        }
+    }
+
     /// A file of `[tls]` that OpenSSL refused.
     struct LoadError: Error, CustomStringConvertible {
         /// The key whose file failed, e.g. `tls.key_file`.
@@ -63,12 +90,18 @@ public final class TLSContext {
 }
 
 extension Server {
-    /// Loads `[tls]` when any `listen_tls` is set (at start, beside `loadKeys`).
+    /// Loads `[tls]` when any `listen_tls` is set, or when systemd passes a
+    /// TLS listener (`FileDescriptorName=tls`, `json-tls`, `websocket-tls`,
+    /// roomcastd(8)) and `[tls]` names a certificate (at start, beside `loadKeys`).
+    /// - Parameter socketNames: the names of the sockets systemd passed
+    ///   (sd_listen_fds_with_names(3)); empty without socket activation.
     /// - Returns: nil when no listener speaks TLS.
     /// - Throws: `ConfigError` at the line of the key whose file OpenSSL
-    ///   refused, with OpenSSL's reason: the start is refused (exit 78).
-    public static func loadTLS(_ config: Config, file: String) throws(ConfigError) -> TLSContext? {
-        guard !config.allTLSListen.isEmpty else { return nil }
+    ///   refused (or, for `key_file`, that group or others can read), with
+    ///   the reason: the start is refused (exit 78).
+    public static func loadTLS(_ config: Config, file: String, socketNames: [String] = []) throws(ConfigError) -> TLSContext? {
+        let activated = socketNames.contains { $0 == "tls" || $0.hasSuffix("-tls") } && !config.tls.certFile.isEmpty
+        guard !config.allTLSListen.isEmpty || activated else { return nil }
         do {
             return try TLSContext(config.tls)
         } catch {

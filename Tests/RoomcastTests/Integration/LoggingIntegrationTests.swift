@@ -66,7 +66,7 @@ struct LoggingIntegrationTests {
         #expect(capped.stderr.wait(forLineWith: ["server.max_clients = 10000", "allows 64", "REASON=descriptor_limit"]), "at start")
     }
 
-    @Test("an address given twice or covered by a wildcard (--listen, [json] listen) is refused before binding, naming it")
+    @Test("an address given twice or covered by a wildcard (--listen, [json] listen, listen_tls) is refused before binding, naming it")
     func duplicateListenAddresses() throws {
         let dir = try TempDirectory()
         let conf = try dir.write("c.conf", "[json]\nlisten = 127.0.0.1:19001\n")
@@ -77,6 +77,15 @@ struct LoggingIntegrationTests {
         }
         let overlap = try runRoomcastd(["--check-config", "--config", conf, "--listen", "0.0.0.0:19001"])
         #expect(overlap.status == 64 && overlap.stderr.contains("listen addresses 0.0.0.0:19001 and 127.0.0.1:19001 overlap"), "\(overlap.stderr)")
+        // Every other listener of the file counts, listen_tls too, named with its line.
+        let certs = try TestCertificates()
+        let tls = try dir.write("t.conf", "[tls]\ncert_file = \(certs.cert)\nkey_file = \(certs.key)\n[websocket]\nlisten_tls = 127.0.0.1:19004\n"
+                                + "[json]\nlisten_tls = 127.0.0.1:19005\n")
+        for (address, needle) in [("127.0.0.1:19004", "t.conf:5: websocket.listen_tls: listen address 127.0.0.1:19004 is given twice"),
+                                  ("0.0.0.0:19005", "t.conf:7: json.listen_tls: listen addresses 0.0.0.0:19005 and 127.0.0.1:19005 overlap")] {
+            let run = try runRoomcastd(["--check-config", "--config", tls, "--listen", address])
+            #expect(run.status == 64 && run.stderr.contains(needle), "--listen \(address): \(run.status) \(run.stderr)")
+        }
         // In the file alone it is a config error with its line (exit 78: systemd does not restart).
         let overlapping = try dir.write("o.conf", "[server]\nlisten = 127.0.0.1:19003\n[json]\nlisten = 0.0.0.0:19003\n")
         let run = try runRoomcastd(["--check-config", "--config", overlapping])

@@ -151,14 +151,19 @@ struct TLSIntegrationTests {
         #expect(!d.stderr.current.contains("PRIVATE KEY"), "no key material in the log")
     }
 
-    @Test("a certificate or key OpenSSL refuses stops the start with the file's line and OpenSSL's reason")
+    @Test("a certificate or key OpenSSL refuses, or a key file others can read, stops the start with the file's line and the reason")
     func badFilesRefuseTheStart() throws {
         let certs = try TestCertificates()
         let dir = try TempDirectory()
-        let garbage = try dir.write("garbage.pem", "-----BEGIN PRIVATE KEY-----\nc2VjcmV0IGtleSBieXRlcw==\n-----END PRIVATE KEY-----\n")
+        let garbage = try TestKeys.writeKeyFile(dir, "-----BEGIN PRIVATE KEY-----\nc2VjcmV0IGtleSBieXRlcw==\n-----END PRIVATE KEY-----\n",
+                                                            name: "garbage.pem")
         let other = (cert: dir.path + "/o.pem", key: dir.path + "/o-key.pem")
         try TestCertificates.selfSigned(cert: other.cert, key: other.key)
+        // The real key, readable by everyone: refused as [auth] key_file is, before OpenSSL sees it.
+        let readable = try TestKeys.writeKeyFile(dir, String(decoding: try #require(FileManager.default.contents(atPath: certs.key)), as: UTF8.self),
+                                                             name: "readable-key.pem", mode: 0o644)
         for (key, cert, needle) in [(garbage, certs.cert, ":5: tls.key_file: \(garbage): "),
+                                    (readable, certs.cert, ":5: tls.key_file: \(readable): mode 644 lets group or others at the keys"),
                                     (certs.key, garbage, ":4: tls.cert_file: \(garbage): "),
                                     (other.key, certs.cert, ":5: tls.key_file: \(other.key): error:05800074:x509 certificate routines::key values mismatch")] {
             let conf = try dir.write("r.conf", "[server]\nlisten = 127.0.0.1:0\n[tls]\ncert_file = \(cert)\nkey_file = \(key)\n"
@@ -168,6 +173,24 @@ struct TLSIntegrationTests {
             #expect(r.stderr.contains(needle), "\(r.stderr)")
             #expect(!r.stderr.contains("c2VjcmV0"), "key bytes never reach the log")
         }
+    }
+
+    /// Socket activation (roomcastd(8)): the names `tls`, `json-tls` and
+    /// `websocket-tls` are TLS listeners of their dialect, with `[tls]`'s
+    /// certificate and no `listen_tls` in the file (systemd holds the sockets).
+    @Test("socket activation: sockets named tls, json-tls and websocket-tls are TLS listeners with [tls]'s certificate, no listen_tls needed")
+    func socketActivationNames() throws {
+        let certs = try TestCertificates()
+        let ports = try (0..<4).map { _ in try freeLoopbackPort() }
+        let d = try Daemon(["tls.cert_file": certs.cert, "tls.key_file": certs.key],
+                           socketActivation: [("ltb", ports[0]), ("tls", ports[1]), ("json-tls", ports[2]), ("websocket-tls", ports[3])])
+        #expect(d.stderr.wait(for: "Listening on 127.0.0.1:\(ports[3])"), "systemd-socket-activate: \(d.stderr.current)")
+        _ = try TestClient(host: "127.0.0.1", port: ports[0], owner: d)  // starts the daemon
+        for (port, name) in zip(ports, ["ltb", "ltb+tls", "json+tls", "websocket+tls"]) {
+            #expect(d.stderr.wait(forLineWith: ["listening on 127.0.0.1:\(port) (\(name))"]), "\(name): \(d.stderr.current.suffix(800))")
+        }
+        #expect(!d.stderr.current.contains("tls_not_configured"), "\(d.stderr.current.suffix(800))")
+        // Clients over these sockets under the real systemd: systemd/test-systemd.py, "TLS listeners through sockets named ...".
     }
 
     @Test("roomcast speaks TLS: --ca-file verifies, --tls alone refuses a self-signed certificate, --insecure does not check")

@@ -371,31 +371,68 @@ struct WebSocketIntegrationTests {
 
 @Suite("WebSocket interop")
 struct WebSocketInteropTests {
-    /// Python's `websockets` (PyPI; `make deps` installs it) against the
-    /// daemon, talking with an LTB client in one room.
+    /// Runs Reference/ws_peer.py (Python's `websockets`, PyPI; `make deps`
+    /// installs it) with `arguments`; while it runs, `during` (if any) plays
+    /// the other side. Its output goes to files, not pipes: a daemon another
+    /// test spawns at the same moment may inherit a pipe's write end, and a
+    /// read to EOF would then wait for that daemon.
+    /// - Returns: the peer's exit status (nil: still running after 20 s, then
+    ///   terminated), stdout and stderr.
+    static func runPeer(_ arguments: [String], during: () throws -> Void = {}) throws -> (status: Int32?, out: String, err: String) {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Reference/ws_peer.py")
+        let dir = try TempDirectory()
+        let outPath = try dir.write("out", ""), errPath = try dir.write("err", "")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", script.path] + arguments
+        process.standardOutput = FileHandle(forWritingAtPath: outPath)
+        process.standardError = FileHandle(forWritingAtPath: errPath)
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        try during()
+        let ended = waitUntil(.seconds(20)) { !process.isRunning }
+        let read = { (path: String) in String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self) }
+        return (ended ? process.terminationStatus : nil, read(outPath), read(errPath))
+    }
+
+    /// `runPeer` while an LTB client in the default room sees the peer's join
+    /// and text, answers "hi python" and sees its leave.
+    static func converse(_ ltb: TestClient, _ arguments: [String]) throws -> (status: Int32?, out: String, err: String) {
+        try runPeer(arguments) {
+            let py = UserInfo(level: 0, name: "py", iconURL: "")
+            #expect(ltb.receiveFrames(2, timeout: .seconds(10)).map(\.wire) == [Wire.join(py), Wire.text(py, "hello from python")])
+            try ltb.send(Wire.text(Wire.user("alice"), "hi python"))
+            #expect(ltb.receiveFrames(2, timeout: .seconds(10)).map(\.wire) == [Wire.text(Wire.user("alice"), "hi python"), Wire.leave(py)])
+        }
+    }
+
     @Test("Python's websockets library chats with an LTB client and closes cleanly")
     func pythonWebsockets() throws {
         let d = try Daemon(WebSocketIntegrationTests.settings)
         let ltb = try d.connect()
         let port = try #require(d.webSocketPort)
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Reference/ws_peer.py")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script.path, "--url", "ws://127.0.0.1:\(port)/"]
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
-        let py = UserInfo(level: 0, name: "py", iconURL: "")
-        #expect(ltb.receiveFrames(2, timeout: .seconds(10)).map(\.wire) == [Wire.join(py), Wire.text(py, "hello from python")])
-        try ltb.send(Wire.text(Wire.user("alice"), "hi python"))
-        #expect(ltb.receiveFrames(2, timeout: .seconds(10)).map(\.wire) == [Wire.text(Wire.user("alice"), "hi python"), Wire.leave(py)])
-        #expect(waitUntil(.seconds(15)) { !process.isRunning })
-        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(process.terminationStatus == 0, "python3 ws_peer.py (needs PyPI websockets): \(stderr)")
-        #expect(stdout.contains("\"ok\": true") && stdout.contains("\"received\": \"hi python\""), "\(stdout)")
+        let r = try Self.converse(ltb, ["--url", "ws://127.0.0.1:\(port)/"])
+        #expect(r.status == 0, "python3 ws_peer.py (needs PyPI websockets): \(r.err)")
+        #expect(r.out.contains("\"ok\": true") && r.out.contains("\"received\": \"hi python\""), "\(r.out)")
+    }
+
+    /// wss:// (`[websocket] listen_tls`, docs/protocol.md §16): Python's ssl
+    /// verifies the daemon's certificate, the page's origin is allowed, another
+    /// origin is refused with 403 before the upgrade as on the plain listener.
+    @Test("wss: Python's websockets over TLS (certificate verified) chats with an LTB client; allowed_origins applies")
+    func pythonWebsocketsOverTLS() throws {
+        let certs = try TestCertificates()
+        let d = try Daemon(["websocket.listen_tls": "127.0.0.1:0", "websocket.allowed_origins": "https://chat.example",
+                            "tls.cert_file": certs.cert, "tls.key_file": certs.key])
+        let ltb = try d.connect()
+        let port = try #require(d.tlsPorts["websocket"])
+        let r = try Self.converse(ltb, ["--url", "wss://localhost:\(port)/", "--ca", certs.cert, "--origin", "https://chat.example"])
+        #expect(r.status == 0, "python3 ws_peer.py over wss: \(r.err)")
+        #expect(r.out.contains("\"received\": \"hi python\"") && r.out.contains("\"tls\": \"TLSv1.3\""), "\(r.out)")
+
+        let refused = try Self.runPeer(["--url", "wss://localhost:\(port)/", "--ca", certs.cert, "--origin", "https://evil.example"])
+        #expect(refused.status == 1 && refused.err.contains("HTTP 403"), "another origin over wss: \(refused.status) \(refused.err)")
+        #expect(d.stderr.wait(for: "REASON=websocket_upgrade_refused"), "no log line for the refused origin")
     }
 }

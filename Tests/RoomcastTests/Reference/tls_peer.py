@@ -268,7 +268,8 @@ elif case == "reload":
     for rnd in range(6):
         if rnd == 3:
             for src, dst in [(params["new_cert"], params["cert"]), (params["new_key"], params["key"])]:
-                with open(src, "rb") as f, open(dst + ".tmp", "wb") as g:
+                # Mode 600, as an operator keeps a key: roomcastd refuses a key others can read.
+                with open(src, "rb") as f, os.fdopen(os.open(dst + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as g:
                     g.write(f.read())
                 os.rename(dst + ".tmp", dst)
             os.kill(params["pid"], signal.SIGHUP)
