@@ -118,3 +118,32 @@ private final class ClusterFeedObserver: RelayObserver {
         #expect(observer.published == [t], "joins and leaves do not go to the cluster")
     }
 }
+
+/// What /metrics counts by: frame kinds from the control codes, and
+/// disconnect reasons from the close texts the server writes.
+@Suite struct MetricKindTests {
+    @Test func frameKinds() {
+        let k = { (t: UInt16) in FrameKind.of(t, join: 10, leave: 11, heartbeat: 12, notice: 13) }
+        #expect([k(10), k(11), k(12), k(2), k(3), k(13), k(0), k(42)] == [.join, .leave, .heartbeat, .text, .gift, .notice, .opaque, .opaque])
+        var counts = FrameKindCounts()
+        counts.add(.text)
+        counts.add(.text, 4)
+        #expect(counts[.text] == 5 && counts[.gift] == 0)
+    }
+
+    @Test func disconnectReasons() {
+        let c = { (t: String) in DisconnectReason.classify(t, warning: nil) }
+        #expect(c("closed by peer") == .peerClosed)
+        #expect(c("read: Connection reset by peer (ECONNRESET)") == .error)
+        #expect(c("send: Broken pipe (EPIPE)") == .error)
+        #expect(c("frame length 2147483647 exceeds max_frame_bytes 65536") == .frameTooLarge)
+        #expect(c("3 bad frames (protocol.max_violations = 3)") == .violations)
+        #expect(c("slow consumer: output above output_soft_bytes (256K) for 10s") == .slowConsumer)
+        #expect(DisconnectReason.classify("anything", warning: "output_hard_limit") == .slowConsumer)
+        #expect(c("drain timeout with 10 bytes unsent") == .drainTimeout)
+        #expect(c("daemon stopping") == .stopping)
+        #expect(c("restart: a TLS session cannot move to the next process") == .stopping)
+        #expect(c("something new") == .other)
+        #expect(Set(DisconnectReason.allCases.map(\.label)).count == DisconnectReason.allCases.count)
+    }
+}

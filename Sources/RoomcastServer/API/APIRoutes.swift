@@ -199,6 +199,7 @@ extension Server {
         switch result {
         case .success(let n):
             status.framesIn &+= 1
+            status.framesByKind.add(FrameKind.of(type, join: s.joinType, leave: s.leaveType, heartbeat: s.heartbeatType, notice: s.noticeType))
             response = .json("{\"delivered\": \(n)}")
         case .failure(let e):
             throw APIError(422, "bad_publish", "the frame would be refused: \(e)")
@@ -221,6 +222,7 @@ extension Server {
         }
         let targets = relay.members(of: room).filter { table.isOpen($0) && matches($0) }
         for id in targets {
+            table.slots[id]!.disconnectReason = .kicked
             sendNotice(id, Notice(code: "kicked", text: "removed from \(clipForLog(room.string, maxBytes: 64)) by the service"))
             logger.info("\(table.address(of: id)): kicked from \(room) through the API", ["CLIENT_ADDR": table.address(of: id), "ROOM": room.string, "REASON": "kicked"])
             depart(id)
