@@ -345,6 +345,8 @@ final class ClusterLink: RelayObserver {
                 }
             }
         }
+        // Also while Redis is down: counts nobody refreshes drop out after 10 s.
+        remote.expireCounts(nowMs: now)
         guard publisher.state == .ready else { return }
         if subscriber.state == .ready, now &- lastHeardMs >= timeout {
             lose(subscriber, "our heartbeat did not come back within \(formatDuration(ms: timeout)) (Redis stopped?)", now: now)

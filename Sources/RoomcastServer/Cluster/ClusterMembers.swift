@@ -188,7 +188,6 @@ extension ClusterLink {
     /// Every heartbeat: daemons not heard for `cluster.timeout` are gone,
     /// but only while this daemon hears itself (else nobody can be heard).
     func expireSilentDaemons(now: UInt64) {
-        remote.expireCounts(nowMs: now)
         guard connected, now &- lastHeardMs < settings.timeoutMs, now > settings.timeoutMs else { return }
         for origin in remote.silent(since: now - settings.timeoutMs) {
             departed(origin, "was not heard for \(formatDuration(ms: settings.timeoutMs))")
