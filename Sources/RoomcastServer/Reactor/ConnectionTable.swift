@@ -53,7 +53,6 @@ final class ConnectionTable {
         if countPerIP, let n = perIP[c.ip] { perIP[c.ip] = n > 1 ? n - 1 : nil }
         slots[id] = nil
         fanout.outboxes[id].queue.release()
-        fanout.bytesOutClosed &+= fanout.outboxes[id].sentBytes
         fanout.outboxes[id] = Outbox()
         freeSlots.append(id)
         count -= 1
