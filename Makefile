@@ -9,7 +9,7 @@
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
 #   make bench        benchmark roomcastd against a minimal C relay and Redis pub/sub (BENCHMARKS.md);
-#                     bench-relay, bench-plot, bench-profile, bench-tls
+#                     bench-relay, bench-plot, bench-profile, bench-tls, bench-publish
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make deb          the Debian package roomcast_VERSION_ARCH.deb (packaging/deb/);
 #                     lint-deb runs lintian on it
@@ -389,7 +389,7 @@ clean:
 BENCH_BUILD ?= $(CURDIR)/.build-bench
 export BENCH_BUILD
 
-.PHONY: bench bench-relay bench-plot bench-profile bench-cluster bench-tls
+.PHONY: bench bench-relay bench-plot bench-profile bench-cluster bench-tls bench-publish
 
 # Every workload of BENCHMARKS.md against roomcastd, the C relay
 # bench/ltb-relay.c (the practical limit) and Redis (installed if missing):
@@ -412,6 +412,11 @@ bench-plot:
 # Instructions per delivered frame under callgrind, top functions, syscalls.
 bench-profile:
 	bench/profile.sh
+
+# Publishes per second through the backend API into a room of 1,000 members,
+# one keep-alive connection and four (bench/publish.sh, under a minute plus the build).
+bench-publish:
+	bench/publish.sh
 
 # The TLS rows (bench/tls.sh): fan-out over TLS beside plain, RSS per idle TLS connection.
 bench-tls:

@@ -41,7 +41,8 @@ public struct ClusterChannels: Sendable {
 ///     offset size
 ///     0      1    version (1)
 ///     1      1    kind: 0 heartbeat, 1 LTB frame with a little-endian header, 2 big-endian,
-///                 3 bye (the origin stops; no room, no frame)
+///                 3 bye (the origin stops; no room, no frame),
+///                 4 counts (the origin's members per room, `ClusterCounts`, in place of the frame)
 ///     2      2    room length R
 ///     4      1    address length A
 ///     5      8    origin: the sending daemon, a random number drawn at each start
@@ -61,6 +62,8 @@ public struct ClusterEnvelope: Equatable, Sendable {
         case littleEndianFrame = 1
         case bigEndianFrame = 2
         case bye = 3
+        /// The origin's viewer counts, on the daemons channel (`ClusterCounts`).
+        case counts = 4
 
         /// The kind of a frame in `byteOrder`.
         public init(_ byteOrder: ByteOrder) { self = byteOrder == .little ? .littleEndianFrame : .bigEndianFrame }
@@ -121,7 +124,7 @@ public struct ClusterEnvelope: Equatable, Sendable {
         guard p.count >= frameStart else { return .failure(.tooShort) }
         let frame = UnsafeRawBufferPointer(rebasing: p[frameStart...])
         switch kind {
-        case .heartbeat, .bye:
+        case .heartbeat, .bye, .counts:
             break
         case .littleEndianFrame, .bigEndianFrame:
             let order: ByteOrder = kind == .littleEndianFrame ? .little : .big
@@ -333,5 +336,45 @@ public struct ClusterSequenceTracker {
     public mutating func forget(room: RoomName) {
         if tracksChanges && rooms[room] != nil { changedRooms.insert(room) }
         rooms[room] = nil
+    }
+}
+
+/// The payload of a `counts` envelope: how many members each room has at
+/// the origin, every room with members there (an empty payload: none).
+/// Repeated, integers little-endian:
+///
+///     size
+///     2    room length R
+///     R    room name (UTF-8 bytes)
+///     4    members
+///
+/// Each daemon publishes it on the daemons channel; the viewer count of a
+/// room is the sum over daemons (docs/protocol.md §12, docs/api.md).
+public enum ClusterCounts {
+    /// Appends the counts to `out` (emptied first, capacity kept). Rooms
+    /// over 65535 bytes (never: `max_room_bytes` is at most 64 KiB) are skipped.
+    public static func encode(_ counts: [(room: RoomName, members: Int)], into out: inout [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        for (room, members) in counts where room.bytes.count <= Int(UInt16.max) && members > 0 {
+            withUnsafeBytes(of: UInt16(room.bytes.count).littleEndian) { out.append(contentsOf: $0) }
+            out.append(contentsOf: room.bytes)
+            withUnsafeBytes(of: UInt32(clamping: members).littleEndian) { out.append(contentsOf: $0) }
+        }
+    }
+
+    /// The counts of a payload; nil when it is cut short.
+    public static func decode(_ p: UnsafeRawBufferPointer) -> [RoomName: Int]? {
+        var out: [RoomName: Int] = [:]
+        var i = 0
+        while i < p.count {
+            guard p.count - i >= 2 else { return nil }
+            let length = Int(UInt16(littleEndian: p.loadUnaligned(fromByteOffset: i, as: UInt16.self)))
+            guard p.count - i - 2 >= length + 4 else { return nil }
+            let room = RoomName(bytes: Array(p[(i + 2)..<(i + 2 + length)]))
+            let members = UInt32(littleEndian: p.loadUnaligned(fromByteOffset: i + 2 + length, as: UInt32.self))
+            out[room, default: 0] += Int(members)
+            i += 2 + length + 4
+        }
+        return out
     }
 }

@@ -52,6 +52,10 @@ public struct RelaySettings: Equatable, Sendable {
     /// (§4). False when `[auth] required = yes` and `anonymous = none`: a
     /// client without a token hears nothing (§13).
     public var admitsToDefaultRoom: Bool
+    /// `[rooms] announce_joins`: joins and leaves, synthesized ones too,
+    /// reach the room and the observer (§4). False: a join goes back to its
+    /// sender only (with `echo`), a leave (sent or synthesized) nowhere.
+    public var announceJoins = true
 
     public init(byteOrder: ByteOrder = .little, joinType: UInt16 = 0, leaveType: UInt16 = 1, heartbeatType: UInt16 = 8,
                 echo: Bool = true, validate: Bool = true, maxViolations: Int = 3, defaultRoom: String = "lobby",
@@ -76,7 +80,7 @@ public struct RelaySettings: Equatable, Sendable {
             && a.heartbeatType == b.heartbeatType && a.textType == b.textType && a.giftType == b.giftType
             && a.echo == b.echo && a.validate == b.validate && a.maxViolations == b.maxViolations
             && sameBytes(a.defaultRoom, b.defaultRoom) && a.maxRoomBytes == b.maxRoomBytes
-            && a.noticeType == b.noticeType && a.admitsToDefaultRoom == b.admitsToDefaultRoom
+            && a.noticeType == b.noticeType && a.admitsToDefaultRoom == b.admitsToDefaultRoom && a.announceJoins == b.announceJoins
     }
 }
 
@@ -338,7 +342,7 @@ public struct Relay {
             let old = exit(id)
             sessions[id].identity = nil
             guard let r = old else { return .left(room: nil, recipients: 0) }
-            return .left(room: rooms.indices.contains(r) ? rooms[r].name.string : nil, recipients: broadcast(frame, room: r, from: id, sink: sink))
+            return .left(room: rooms.indices.contains(r) ? rooms[r].name.string : nil, recipients: settings.announceJoins ? broadcast(frame, room: r, from: id, sink: sink) : 0)
         case s.noticeType:
             return violation(id, "type \(type) is protocol.notice_type: only the server sends notices", .noticeFromClient)
         case s.textType:
@@ -410,9 +414,9 @@ public struct Relay {
         let recipients: Int
         if let relayedBody {
             let copy = FrameCodec.encode(type: settings.joinType, body: relayedBody, byteOrder: settings.byteOrder)
-            recipients = copy.withUnsafeBytes { broadcast($0, room: r, from: id, sink: sink) }
+            recipients = copy.withUnsafeBytes { announce($0, room: r, from: id, sink: sink) }
         } else {
-            recipients = broadcast(frame, room: r, from: id, sink: sink)
+            recipients = announce(frame, room: r, from: id, sink: sink)
         }
         return .joined(name: sessions[id].name, room: target.string, recipients: recipients)
     }
@@ -433,9 +437,17 @@ public struct Relay {
         return sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
     }
 
+    /// A join `id` sent: to the room (`announce_joins`), or else
+    /// back to its sender alone (with `echo`), and the observer not told.
+    private func announce(_ frame: UnsafeRawBufferPointer, room r: Int, from id: Int, sink: some FrameSink) -> Int {
+        if settings.announceJoins { return broadcast(frame, room: r, from: id, sink: sink) }
+        return settings.echo ? sink.broadcast(frame, from: id, to: [id], except: -1) : 0
+    }
+
     /// Sends a synthesized leave of `id` (type leave, body = identity) to
-    /// room `r`, which `id` has already left.
+    /// room `r`, which `id` has already left (nobody without `announce_joins`).
     private func announceLeave(_ identity: [UInt8], of id: Int, room r: Int, sink: some FrameSink) -> Int {
+        guard settings.announceJoins else { return 0 }
         let frame = FrameCodec.encode(type: settings.leaveType, body: identity, byteOrder: settings.byteOrder)
         return frame.withUnsafeBytes { broadcast($0, room: r, from: id, sink: sink) }
     }
@@ -490,5 +502,6 @@ extension RelaySettings {
                   maxViolations: config.protocol.maxViolations, defaultRoom: config.server.defaultRoom,
                   maxRoomBytes: config.protocol.maxRoomBytes, noticeType: config.protocol.noticeType,
                   admitsToDefaultRoom: !(config.auth.required && config.auth.anonymous == .none))
+        announceJoins = config.rooms.announceJoins
     }
 }

@@ -313,12 +313,14 @@ let mainUsage = """
            roomcast send   --name NAME [--room R] [OPTIONS] gift NAME URL COUNT
            roomcast listen [--room R] [--json] [--count N] [OPTIONS]
            roomcast token  --key-file F --kid K --sub S [--room R] [--ttl 1h]
+           roomcast admin  VERB [--api URL] [--key-file F] ...  (roomcast admin --help)
 
     The command-line client of roomcastd, the chat-room relay.
       chat     interactive: each line typed is sent as text
       send     join, send one message, wait for the daemon's echo, leave
       listen   print every event of a room, as text or as JSON lines
       token    mint a signed-join token for development (HS256)
+      admin    the backend API: publish, kick, ban, unban, mute, rooms, room, slow
 
     Run 'roomcast SUBCOMMAND --help' for the options of each.
     Exit status: 0 ok, 1 failure (refused, timeout, rejected), 64 bad usage,

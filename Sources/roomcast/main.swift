@@ -8,6 +8,12 @@ import RoomcastClient
 let signalFD = cshim_block_signals_fd([SIGINT, SIGTERM, 0])
 signal(SIGPIPE, SIG_IGN)  // a closed stdout or socket is an error return, not a death
 
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "admin" {
+    var environment: [String: String] = [:]
+    for name in ["ROOMCAST_API", "ROOMCAST_API_KEY"] { if let v = getenv(name) { environment[name] = String(cString: v) } }
+    exit(runAdmin(Array(CommandLine.arguments.dropFirst(2)), environment: environment))
+}
+
 switch parseCommandLine(Array(CommandLine.arguments.dropFirst())) {
 case .failure(let error):
     let help = "roomcast" + (error.command.map { " " + $0.rawValue } ?? "") + " --help"

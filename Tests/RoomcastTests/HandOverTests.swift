@@ -96,7 +96,7 @@ struct HandOverTests {
         init(_ sections: String, clock: ManualClock, stored: [(fd: Int32, name: String)] = [], fdStoreMax: Int = 16,
              maxStateBytes: Int = Server.maxStateBytes, keys: AuthKeys? = nil) throws {
             self.clock = clock
-            let config = try Config.parse("[server]\nlisten = 127.0.0.1:0\n" + sections, file: "test.conf")
+            let config = try Config.parse("[server]\nlisten = 127.0.0.1:0\n" + sections + "\n[rooms]\ncounts = 0\n", file: "test.conf")
             _ = pipe(&logPipe)
             _ = fcntl(logPipe[0], F_SETFL, O_NONBLOCK)
             _ = fcntl(logPipe[1], F_SETFL, O_NONBLOCK)

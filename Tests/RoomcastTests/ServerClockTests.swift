@@ -22,7 +22,7 @@ struct ServerClockTests {
         private var peers: [Int32] = []
 
         init(_ sections: String) throws {
-            let config = try Config.parse("[server]\nlisten = 127.0.0.1:0\n" + sections, file: "test.conf")
+            let config = try Config.parse("[server]\nlisten = 127.0.0.1:0\n" + sections + "\n[rooms]\ncounts = 0\n", file: "test.conf")
             _ = pipe(&logPipe)
             _ = fcntl(logPipe[1], F_SETFL, O_NONBLOCK)  // a full pipe drops log lines, never blocks the test
             let logger = Logger(level: .debug, sink: .stderr(syslogPrefix: false), outputFD: logPipe[1])

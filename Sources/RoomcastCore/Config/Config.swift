@@ -47,6 +47,8 @@ public struct Config: Equatable, Sendable {
     /// Where the file gave each TCP listen address (ListenAddress.swift).
     /// Not a setting: equality ignores it.
     public var listenSites = ListenSites()
+    /// `[rooms]` (RoomsSection.swift).
+    public var rooms = Rooms()
 
     /// The values used for keys the file does not set. config/roomcastd.conf
     /// lists the same values (checked by a test).
@@ -252,4 +254,4 @@ struct RuleContext {
 
 /// The single source of truth for sections, keys and their order; each
 /// section's keys, parsing and ranges are in its own file (ServerSection.swift ...).
-let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth, .api, .tls]
+let specs: [SectionSpec] = [.server, .protocol, .heartbeat, .limits, .json, .webSocket, .log, .cluster, .auth, .api, .tls, .rooms]

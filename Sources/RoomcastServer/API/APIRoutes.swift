@@ -103,15 +103,16 @@ extension Server {
         return n
     }
 
-    /// Rooms by their bytes, `limit` of them after `cursor` (the last room of the previous page).
+    /// Rooms with viewers here or on another daemon, by their bytes, with
+    /// the cluster-wide count; `limit` of them after `cursor` (the last room of the previous page).
     private func roomsJSON(_ request: HTTPRequest) throws(APIError) -> APIResponse {
         guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
         let n = try limit(items)
         let after = items["cursor"] ?? []
-        let sorted = relay.roomCounts.sorted { $0.room.bytes.lexicographicallyPrecedes($1.room.bytes) }
+        let sorted = clusterViewerCounts.sorted { $0.room.bytes.lexicographicallyPrecedes($1.room.bytes) }
             .filter { after.isEmpty || after.lexicographicallyPrecedes($0.room.bytes) }
         let page = sorted.prefix(n)
-        let list = page.map { "{\"room\": \(jsonStringLiteral($0.room.string)), \"viewers\": \($0.members)}" }.joined(separator: ", ")
+        let list = page.map { "{\"room\": \(jsonStringLiteral($0.room.string)), \"viewers\": \($0.viewers)}" }.joined(separator: ", ")
         let next = sorted.count > n ? jsonStringLiteral(percentEncoded(page.last!.room.bytes)) : "null"
         return .json("{\"rooms\": [\(list)], \"next_cursor\": \(next)}")
     }
@@ -128,7 +129,7 @@ extension Server {
             return "{\"id\": \(id), \"name\": \(jsonStringLiteral(relay.name(of: id))), \"sub\": \(sub), \"addr\": \(jsonStringLiteral(table.address(of: id)))}"
         }.joined(separator: ", ")
         let next = ids.count > n ? "\"\(page.last!)\"" : "null"
-        return .json("{\"room\": \(jsonStringLiteral(room.string)), \"viewers\": \(relay.memberCount(of: room)), \"members\": [\(list)], \"next_cursor\": \(next)}")
+        return .json("{\"room\": \(jsonStringLiteral(room.string)), \"viewers\": \(viewers(of: room)), \"members\": [\(list)], \"next_cursor\": \(next)}")
     }
 
     func jsonBody(_ body: [UInt8]) throws(APIError) -> JSONValue {
@@ -200,6 +201,7 @@ extension Server {
         switch result {
         case .success(let n):
             status.framesIn &+= 1
+            status.framesByKind.add(FrameKind.of(type, join: s.joinType, leave: s.leaveType, heartbeat: s.heartbeatType, notice: s.noticeType))
             response = .json("{\"delivered\": \(n)}")
         case .failure(let e):
             throw APIError(422, "bad_publish", "the frame would be refused: \(e)")

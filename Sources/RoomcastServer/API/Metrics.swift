@@ -17,8 +17,18 @@ extension Server {
         family("clients", "gauge", "Open client connections by dialect.",
                byDialect.keys.sorted().map { ("{dialect=\"\($0)\"}", byDialect[$0]!) })
         family("rooms", "gauge", "Rooms with at least one member here.", [("", UInt64(relay.roomCount))])
-        family("frames_received_total", "counter", "Complete frames read from clients and published through the API.", [("", status.framesIn)])
-        family("frames_delivered_total", "counter", "Frames queued for a recipient.", [("", table.fanout.deliveries)])
+        family("frames_received_total", "counter", "Frames handed to the relay from clients (every dialect) and the API, by type.",
+               FrameKind.allCases.map { ("{type=\"\($0.label)\"}", status.framesByKind[$0]) })
+        family("frames_delivered_total", "counter", "Frames queued for a recipient, by type.",
+               FrameKind.allCases.map { ("{type=\"\($0.label)\"}", table.fanout.deliveredByKind[$0]) })
+        family("received_bytes_total", "counter", "Bytes read from clients (before TLS decryption).", [("", status.bytesIn)])
+        family("sent_bytes_total", "counter", "Bytes the kernel (or OpenSSL) took for clients.", [("", table.fanout.bytesOut)])
+        family("disconnects_total", "counter", "Client connections ended, by reason.",
+               DisconnectReason.allCases.map { ("{reason=\"\($0.label)\"}", status.disconnects[$0.rawValue]) })
+        family("restored_connections", "gauge", "Connections this process took over when it started (a restart that kept them, or a crash recovery).",
+               [("", UInt64(handOver.restoredConnections))])
+        family("start_info", "gauge", "How this process started: fresh, handover (a restart that kept the connections) or crash (recovered).",
+               [("{from=\"\(handOver.startedFrom)\"}", 1)])
         family("auth_refusals_total", "counter", "Frames refused by [auth].", [("", auth.refusals)])
         family("api_connections", "gauge", "Open API connections.", [("", UInt64(api.count))])
         family("api_requests_total", "counter", "API requests answered, by HTTP status.",
@@ -36,10 +46,16 @@ extension Server {
         ])
         let c = cluster?.figures
         family("cluster_connected", "gauge", "1 while both Redis connections of [cluster] are ready (0 when off or down).", [("", c?.connected == true ? 1 : 0)])
-        family("cluster_frames_total", "counter", "Cluster traffic by direction: published to Redis, received from other daemons, dropped, gaps.", [
+        family("cluster_frames_total", "counter", "Cluster traffic by direction: published to Redis, received from other daemons, dropped, gaps, late duplicates, misrouted and stale messages.", [
             ("{direction=\"published\"}", c?.published ?? 0), ("{direction=\"received\"}", c?.received ?? 0),
             ("{direction=\"dropped\"}", c?.dropped ?? 0), ("{direction=\"gap\"}", c?.gaps ?? 0),
+            ("{direction=\"late\"}", c?.late ?? 0), ("{direction=\"misrouted\"}", c?.misrouted ?? 0),
+            ("{direction=\"stale\"}", c?.stale ?? 0),
         ])
+        family("cluster_daemons", "gauge", "Other daemons of the cluster this daemon knows of (heard, or holding members here).",
+               [("", UInt64(cluster?.remote.daemons.count ?? 0))])
+        family("cluster_subscribed_rooms", "gauge", "Room channels subscribed in Redis (rooms with members here), while connected.",
+               [("", UInt64(c?.rooms ?? 0))])
         out += "# HELP roomcast_loop_wait_seconds Time each loop iteration spent waiting in epoll_wait(2).\n# TYPE roomcast_loop_wait_seconds histogram\n"
         out += loopWait.exposition("roomcast_loop_wait_seconds")
         out += "# HELP roomcast_loop_iteration_seconds Time each loop iteration spent working (events, timers, flush).\n# TYPE roomcast_loop_iteration_seconds histogram\n"

@@ -263,6 +263,7 @@ extension Server {
         while let (id, serial) = auth.popDue(now: now) {
             guard table.isOpen(id), let session = table.slots[id]!.auth, session.serial == serial else { continue }
             auth.expired &+= 1
+            table.slots[id]!.disconnectReason = .tokenExpired
             sendNotice(id, Notice(code: RejectionCode.tokenExpired.rawValue,
                                   text: "the token expired at \(session.claims.exp) and was not renewed"))
             let address = table.address(of: id)

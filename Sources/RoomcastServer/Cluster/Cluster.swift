@@ -113,6 +113,15 @@ final class ClusterLink: RelayObserver {
 
     /// The moderation hash was loaded since the connections last came up (ClusterModeration.swift).
     var moderationLoaded = false
+    /// This daemon's members per room go to the others at most every
+    /// `countsMinMs` when they changed, and every `countsRefreshMs` anyway
+    /// (ms); the others drop counts older than `RemoteDaemons.countsMaxAgeMs`.
+    static let countsMinMs: UInt64 = 1_000
+    static let countsRefreshMs: UInt64 = 3_000
+    private var nextCountsMs: UInt64 = 0
+    private var lastCountsMs: UInt64 = 0
+    private var countsPayload: [UInt8] = []
+    private var lastCountsPayload: [UInt8]?
 
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
@@ -310,7 +319,7 @@ final class ClusterLink: RelayObserver {
             if c.pendingReset != nil { d = 0 }
         }
         if publisher.state == .ready {
-            d = min(d, nextHeartbeatMs)
+            d = min(d, nextHeartbeatMs, nextCountsMs)
             if subscriber.state == .ready { d = min(d, lastHeardMs + settings.timeoutMs) }
         }
         return d
@@ -338,6 +347,8 @@ final class ClusterLink: RelayObserver {
                 }
             }
         }
+        // Also while Redis is down: counts nobody refreshes drop out after 10 s.
+        remote.expireCounts(nowMs: now)
         guard publisher.state == .ready else { return }
         if subscriber.state == .ready, now &- lastHeardMs >= timeout {
             lose(subscriber, "our heartbeat did not come back within \(formatDuration(ms: timeout)) (Redis stopped?)", now: now)
@@ -350,6 +361,24 @@ final class ClusterLink: RelayObserver {
             _ = publisher.publish(channels.daemons, envelope, nowMs: now)
             nextHeartbeatMs = now + max(1, timeout / 4)
             expireSilentDaemons(now: now)
+        }
+        if now >= nextCountsMs { publishCounts(now: now) }
+    }
+
+    /// This daemon's members per room on the daemons channel, when they
+    /// changed since the last time or `countsRefreshMs` passed (the
+    /// others' viewer counts are the sum, docs/api.md). O(rooms).
+    private func publishCounts(now: UInt64) {
+        nextCountsMs = now + Self.countsMinMs
+        ClusterCounts.encode(server.relay.roomCounts, into: &countsPayload)
+        guard countsPayload != lastCountsPayload || now &- lastCountsMs >= Self.countsRefreshMs else { return }
+        guard publisher.pendingOutput + countsPayload.count <= settings.maxOutputBytes else { return }  // the next turn tries again
+        countsPayload.withUnsafeBytes {
+            ClusterEnvelope.encode(kind: .counts, origin: origin, stream: 0, seq: 0, room: RoomName(bytes: []), address: "", frame: $0, into: &envelope)
+        }
+        if publisher.publish(channels.daemons, envelope, nowMs: now) {
+            lastCountsPayload = countsPayload
+            lastCountsMs = now
         }
     }
 
@@ -456,7 +485,7 @@ final class ClusterLink: RelayObserver {
     func becameReady(_ c: RedisConnection, now: UInt64) {
         c.state = .ready
         lastHeardMs = now  // the heartbeat round trip starts over
-        if c.role == .publisher { nextHeartbeatMs = now }
+        if c.role == .publisher { nextHeartbeatMs = now; nextCountsMs = now; lastCountsPayload = nil }
         if c.role == .publisher && restoredAfterCrash {
             restoredAfterCrash = false
             announceRestoredMembers()

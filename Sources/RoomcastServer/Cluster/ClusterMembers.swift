@@ -30,10 +30,43 @@ struct RemoteDaemons {
         /// found silent (one of a version before that channel never is).
         var announces = false
         var members: [String: Member] = [:]
+        /// Its members per room, from its last `counts` message, and when that came (ms).
+        var counts: [RoomName: Int] = [:]
+        var countsAtMs: UInt64 = 0
     }
+
+    /// A daemon's counts not refreshed for this long drop out (ms): each
+    /// daemon publishes them at least every `ClusterLink.countsRefreshMs`.
+    static let countsMaxAgeMs: UInt64 = 10_000
 
     private(set) var daemons: [UInt64: Daemon] = [:]
     private(set) var memberCount = 0
+    /// Members per room over every other daemon (the sum of their `counts`).
+    private(set) var viewers: [RoomName: Int] = [:]
+
+    /// `origin`'s members per room, replacing what it said before.
+    mutating func setCounts(_ origin: UInt64, _ counts: [RoomName: Int], nowMs: UInt64) {
+        if daemons[origin] == nil { daemons[origin] = Daemon(lastHeardMs: nowMs) }
+        subtractCounts(daemons[origin]!.counts)
+        for (room, n) in counts { viewers[room, default: 0] += n }
+        daemons[origin]!.counts = counts
+        daemons[origin]!.countsAtMs = nowMs
+    }
+
+    /// Counts older than `countsMaxAgeMs` at `nowMs` drop out of `viewers`.
+    mutating func expireCounts(nowMs: UInt64) {
+        for (origin, d) in daemons where !d.counts.isEmpty && nowMs &- d.countsAtMs > Self.countsMaxAgeMs {
+            subtractCounts(d.counts)
+            daemons[origin]!.counts = [:]
+        }
+    }
+
+    private mutating func subtractCounts(_ counts: [RoomName: Int]) {
+        for (room, n) in counts {
+            let left = (viewers[room] ?? 0) - n
+            viewers[room] = left > 0 ? left : nil
+        }
+    }
 
     /// `origin`'s heartbeat on the daemons channel: it is alive.
     mutating func heard(_ origin: UInt64, nowMs: UInt64) {
@@ -73,6 +106,7 @@ struct RemoteDaemons {
     mutating func remove(_ origin: UInt64) -> [String: Member] {
         guard let d = daemons.removeValue(forKey: origin) else { return [:] }
         memberCount -= d.members.count
+        subtractCounts(d.counts)
         return d.members
     }
 

@@ -70,11 +70,19 @@ extension ClusterLink {
             switch v.kind {
             case .heartbeat: remote.heard(v.origin, nowMs: nowMs)
             case .bye: departed(v.origin, "stopped (it said bye)")
+            case .counts:
+                if let counts = ClusterCounts.decode(v.frame) {
+                    remote.setCounts(v.origin, counts, nowMs: nowMs)
+                } else {
+                    logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
+                                       "cluster: dropped the viewer counts of daemon \(ClusterEnvelope.hex(v.origin)): cut short",
+                                       ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(v.origin)])
+                }
             default: break
             }
             return
         }
-        guard v.kind != .heartbeat && v.kind != .bye else { return }
+        guard v.kind != .heartbeat && v.kind != .bye && v.kind != .counts else { return }
         guard v.room.elementsEqual(channelRoom) else {
             misrouted &+= 1
             logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,

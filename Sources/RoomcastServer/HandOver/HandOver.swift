@@ -79,6 +79,11 @@ struct HandOverControl {
     var stoppedReadingMs: UInt64 = 0
     /// Everything is in systemd's hands: exit without closing anything.
     var done = false
+    /// How this process started: `fresh`, `handover` (a restart that kept
+    /// the connections) or `crash` (recovered from the live box), and the
+    /// connections it took over then (GET /metrics).
+    var startedFrom = "fresh"
+    var restoredConnections = 0
     /// Listeners the previous process stored (standalone unit), not yet adopted.
     var storedListeners: [(fd: Int32, name: String)] = []
     /// Listener descriptors this process keeps in systemd's fd store.

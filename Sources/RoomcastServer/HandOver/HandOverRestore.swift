@@ -27,14 +27,17 @@ extension Server {
         stored.removeAll { $0.name == HandOverName.state }
         if previous != nil || names.contains(HandOverName.box) {
             summary = restoreGraceful(previous, &stored, started: started)
+            handOver.startedFrom = "handover"
             closeCopies(stored)  // live boxes and logs: copies of what was handed over, and closed ones
         } else {
             // A crash, or a hand-over whose state is unusable and whose box
             // is the live one: the live log is the best there is.
             summary = restoreAfterCrash(stored, started: started, after: names.contains(HandOverName.state) ? "a restart" : "a crash")
+            handOver.startedFrom = "crash"
         }
         // PID 1 still holds its copies: let them go.
         for name in names.sorted() { systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)") }
+        handOver.restoredConnections = table.count
         return summary
     }
 

@@ -79,6 +79,7 @@ extension Server {
     func removeMembers(of room: RoomName, _ notice: Notice, why: String, now: UInt64, matching matches: (Int) -> Bool) -> Int {
         let targets = relay.members(of: room).filter { table.isOpen($0) && matches($0) }
         for id in targets {
+            table.slots[id]!.disconnectReason = notice.code == "banned" ? .banned : .kicked
             sendNotice(id, notice)
             logger.info("\(table.address(of: id)): \(why) \(room)", ["CLIENT_ADDR": table.address(of: id), "ROOM": room.string, "REASON": notice.code])
             depart(id)

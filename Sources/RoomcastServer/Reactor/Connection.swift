@@ -103,6 +103,9 @@ struct Connection {
     var drainDeadlineMs: UInt64 = 0
     /// Set with the move to `.closing`.
     var closeReason: CloseReason?
+    /// Why it ends, when the server decided it (a kick, an eviction, an
+    /// expiry) and the close text would not say; else the text is classified.
+    var disconnectReason: DisconnectReason?
     /// What its last accepted token proved (docs/protocol.md §13); nil: no token.
     var auth: AuthSession?
     /// When its last text passed slow mode, in ms (Moderation/Moderation.swift).

@@ -98,6 +98,7 @@ extension Server {
     /// still under way a 408 answer (docs/protocol.md §15), each flushed
     /// within the drain timeout.
     func evict(_ id: Int, _ reason: String) {
+        table.slots[id]?.disconnectReason = .heartbeatTimeout
         guard table.isOpen(id) else { return }
         status.evictions &+= 1
         let address = table.address(of: id)
@@ -114,6 +115,7 @@ extension Server {
     func reap(_ id: Int) {
         guard let c = table.slots[id] else { return }
         let reason = c.closeReason ?? CloseReason(text: "closed")
+        status.disconnects[(c.disconnectReason ?? DisconnectReason.classify(reason.text, warning: reason.warning)).rawValue] &+= 1
         if let code = reason.warning {
             logger.peerWarning(reason: code, nowMs: clock(), "\(c.address): closing: \(reason.text)",
                                ["CLIENT_ADDR": c.address, "ROOM": relay.room(of: id) ?? ""])

@@ -91,6 +91,7 @@ extension Server {
     /// relayed straight from the read buffer; only a trailing partial frame
     /// is copied into the connection's own input buffer.
     func consume(_ id: Int, count n: Int) {
+        status.bytesIn &+= UInt64(n)
         if table.slots[id]!.dialect == .webSocket {
             consumeWebSocket(id, count: n)  // WebSocketServer.swift
             return
@@ -201,6 +202,8 @@ extension Server {
             case .pass: break
             }
         }
+        let p = config.protocol
+        status.framesByKind.add(FrameKind.of(type, join: p.joinType, leave: p.leaveType, heartbeat: p.heartbeatType, notice: p.noticeType))
         guard slowModeAllows(id, type: type, now: now) else { return }
         let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
         if case .rejected = event { handleRejected(id, event, type: type, now: now) }

@@ -64,6 +64,7 @@ extension Server {
         table.countPerIP = config.server.maxClientsPerIP > 0
         heartbeats.reconfigure(config, nowMs: now)
         cluster?.reconfigure(config.cluster)
+        scheduleViewerCounts(now: now)
         if config.limits != old.limits {
             for id in table.ids { resetRateLimits(id, now: now) }
         }

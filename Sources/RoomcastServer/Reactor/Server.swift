@@ -116,6 +116,8 @@ public final class Server {
     var lastModerationStamp: Int64 = 0
     /// Frames refused by a ban, a mute or slow mode.
     var moderationRefusals: UInt64 = 0
+    /// `[rooms] counts`: what each room was last told (Rooms/ViewerNotices.swift).
+    var viewerCounts = ViewerCountSweep()
 
     /// - Parameters:
     ///   - signalFD: a signalfd for SIGTERM, SIGINT and SIGHUP, blocked by the
@@ -185,6 +187,7 @@ public final class Server {
         if signalFD >= 0 { _ = try selector.register(signalFD, .signal) }
         startCluster(now: clock(), restored: restored != nil)
         let now = clock()
+        scheduleViewerCounts(now: now)
         status.start(nowMs: now, watchdogUsec: systemd.watchdogUsec, statsIntervalMs: config.log.statsIntervalMs)
         if status.watchdogIntervalMs > 0 {
             logger.info("watchdog enabled: pinging every \(formatDuration(ms: status.watchdogIntervalMs))")
@@ -238,7 +241,7 @@ public final class Server {
 
     /// Milliseconds until the earliest timer (at most `maxWaitMs`).
     private func waitTimeout(now: UInt64) -> UInt64 {
-        var deadline = min(status.deadline(clients: table.count), nextSweepMs)
+        var deadline = min(status.deadline(clients: table.count), nextSweepMs, viewerCounts.nextMs)
         if listeners.all.contains(where: { $0.dialect == .webSocket }) { deadline = min(deadline, nextWebSocketPingMs) }
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
@@ -299,6 +302,7 @@ public final class Server {
         }
         sweepIdleBuffersIfDue(now: now)
         pingWebSocketsIfDue(now: now)
+        sweepViewerCountsIfDue(now: now)
     }
 
     /// What STATUS= and the stats line report.

@@ -279,13 +279,38 @@ final class APITestClient {
         try alice.send(Wire.join(Wire.user("alice", room: "m")))
         try alice.send(Wire.text(Wire.user("alice", room: "m"), "hi"))
         _ = alice.receiveFrames(2)
+        // Two disconnects with reasons: a client that closes, one that announces a frame over max_frame_bytes.
+        let bob = try d.connect()
+        bob.hangUp()
+        #expect(bob.isClosed(within: .seconds(5)))
+        let carol = try d.connect()
+        try carol.sendRaw([0xFF, 0xFF, 0xFF, 0x7F, 0x02, 0x00])
+        #expect(carol.isClosed(within: .seconds(5)))
         let c = try APITestClient(port: try #require(d.apiPort))
-        let m = try #require(c.request("GET", "/metrics"))
+        var m = try #require(c.request("GET", "/metrics"))
+        _ = waitUntil(.seconds(5)) {
+            m = c.request("GET", "/metrics") ?? m
+            return m.body.contains("roomcast_disconnects_total{reason=\"frame_too_large\"} 1")
+                && m.body.contains("roomcast_disconnects_total{reason=\"peer_closed\"} 1")
+        }
         #expect(m.status == 200)
-        for family in ["roomcast_clients{dialect=\"ltb\"} 1", "roomcast_rooms 1", "roomcast_frames_received_total 2",
+        for family in ["roomcast_clients{dialect=\"ltb\"} 1", "roomcast_rooms 1",
+                       "roomcast_frames_received_total{type=\"join\"} 1", "roomcast_frames_received_total{type=\"text\"} 1",
+                       "roomcast_frames_received_total{type=\"gift\"} 0",
+                       "roomcast_frames_delivered_total{type=\"join\"} 1", "roomcast_frames_delivered_total{type=\"text\"} 1",
+                       "roomcast_disconnects_total{reason=\"peer_closed\"} 1", "roomcast_disconnects_total{reason=\"frame_too_large\"} 1",
+                       "roomcast_disconnects_total{reason=\"heartbeat_timeout\"} 0", "roomcast_start_info{from=\"fresh\"} 1",
+                       "roomcast_restored_connections 0", "roomcast_cluster_daemons 0",
                        "roomcast_loop_wait_seconds_bucket{le=\"+Inf\"}", "# TYPE roomcast_loop_iteration_seconds histogram"] {
             #expect(m.body.contains(family), "no \(family) in:\n\(m.body)")
         }
+        // Bytes: alice's join and text in, their echoes out (at least; the API's own bytes are not client bytes).
+        let join = Wire.join(Wire.user("alice", room: "m")).count, text = Wire.text(Wire.user("alice", room: "m"), "hi").count
+        func value(_ name: String) -> Int? {
+            m.body.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Int($0.split(separator: " ")[1]) }
+        }
+        #expect(value("roomcast_received_bytes_total") == join + text + 6, "alice's two frames and carol's header")
+        #expect(value("roomcast_sent_bytes_total") == join + text)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.promtool)
         p.arguments = ["check", "metrics"]

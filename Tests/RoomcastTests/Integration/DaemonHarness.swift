@@ -313,12 +313,15 @@ func childEnvironment(_ extra: [String: String]) -> [String: String] {
 /// temp files removed), so a failing test cleans up too.
 final class Daemon {
     /// Settings every test gets unless it overrides them: ephemeral
-    /// loopback port, readable debug log on stderr, a fast timer tick.
+    /// loopback port, readable debug log on stderr, a fast timer tick, and
+    /// no `viewers` notices (tests that count frames would see them every 5 s;
+    /// the tests of counts turn them on).
     static let baseSettings = [
         "server.listen": "127.0.0.1:0",
         "log.target": "stderr",
         "log.level": "debug",
         "heartbeat.tick": "50ms",
+        "rooms.counts": "0",
     ]
 
     /// Renders `section.key = value` settings as an INI file.

@@ -1,12 +1,13 @@
 import Foundation
 
 /// Runs `executable` to completion (bounded by the tool itself), returning its
-/// status, stdout and stderr. Both pipes are drained before the wait, so a tool
+/// status, stdout and stderr (`environment`: the child's whole environment; nil: this process's). Both pipes are drained before the wait, so a tool
 /// that writes more than a pipe holds cannot block.
-func runProcess(_ executable: String, _ arguments: [String]) throws -> (status: Int32, out: String, err: String) {
+func runProcess(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, out: String, err: String) {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable)
     p.arguments = arguments
+    if let environment { p.environment = environment }
     let out = Pipe(), err = Pipe()
     p.standardOutput = out
     p.standardError = err
