@@ -64,13 +64,14 @@ extension ClusterLink {
         }
         guard let channelRoom else {
             switch v.kind {
-            case .heartbeat: remote.heard(v.origin, nowMs: nowMs)
+            case .heartbeat: heardDaemon(v.origin)
             case .bye: departed(v.origin, "stopped (it said bye)")
+            case .handingOver: handingOver(v.origin, graceMs: v.seq)
             default: break
             }
             return
         }
-        guard v.kind != .heartbeat && v.kind != .bye else { return }
+        guard v.kind != .heartbeat && v.kind != .bye && v.kind != .handingOver else { return }
         guard v.room.elementsEqual(channelRoom) else {
             misrouted &+= 1
             logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,

@@ -208,7 +208,7 @@ extension Server {
         if !boxes.isEmpty, let problem = storeBeforeExit(boxes, name: HandOverName.box) { return handOverFailed("storing the box: " + problem) }
         let processed = barrier(timeoutMs: handOver.timeoutMs)
         handOver.done = true
-        cluster?.shutdown(bye: false)  // the next process subscribes as the same daemon
+        cluster?.shutdown(.handingOver)  // the others wait restart_grace for the next process (the same daemon)
         let ms = clock() - handOver.stoppedReadingMs
         logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) to systemd's fd store in \(ms) ms"
                     + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms" + (owed > 0 ? ", \(owed) bytes still owed go with the state" : "") } ?? "") + ")"

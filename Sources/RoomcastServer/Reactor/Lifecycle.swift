@@ -109,7 +109,7 @@ extension Server {
             release(id)
         }
         table.closeList.removeAll()
-        cluster?.shutdown(bye: true)  // the other daemons send leaves for its members
+        cluster?.shutdown(.bye)  // the other daemons send leaves for its members
         logger.flushSuppressed(nowMs: clock(), final: true)
         logger.info("stopped")
     }
