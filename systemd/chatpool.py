@@ -93,6 +93,7 @@ class ChatPool:
         self.latency = array.array("d")       # per delivery: latency (s)
         self.other_frames = 0                 # joins, leaves (not counted as chat)
         self.leaves = []                      # (receiver, time received (s, monotonic), body) of every leave frame
+        self.joins = []                       # (receiver, body) of every join frame
         self.sent_at = {}                     # (sender, seq) -> send time (s, monotonic)
         self.copies = {}                      # (sender, seq) -> receivers that got it
         self.split_frames = set()             # (sender, seq) sent in two halves: their latency is the client's, not counted
@@ -304,6 +305,8 @@ class ChatPool:
                 self.other_frames += 1
                 if type_ == LEAVE:
                     self.leaves.append((r, now / 1e9, bytes(buf[off + 6:end])))
+                elif type_ == JOIN:
+                    self.joins.append((r, bytes(buf[off + 6:end])))
             off = end
         del buf[:off]
 
