@@ -107,7 +107,7 @@ extension Server {
     /// this iteration read are relayed, what is owed is flushed while
     /// clients take it (`handOverDue`), then everything is handed over.
     func beginHandOver() {
-        stopping = true
+        stop.handOverBegan()
         handOver.pending = true
         handOver.stoppedReadingMs = clock()
         closeAPIAll()  // the API's connections are not carried: a backend retries
@@ -309,7 +309,7 @@ extension Server {
             ws.echo = session.echo
             ws.decoder = session.decoder.carried
             ws.upgradeRemainingMs = session.isOpen ? nil : heartbeats.upgradeRemaining(id, nowMs: now)
-            ws.nextPingMs = UInt32(clamping: nextWebSocketPingMs > now ? nextWebSocketPingMs - now : 0)
+            ws.nextPingMs = webSocketPings.remainingMs(nowMs: now)
             r.webSocket = ws
         }
         return r
@@ -386,7 +386,7 @@ extension Server {
     private func handOverFailed(_ why: String) -> Bool {
         logger.error("cannot hand the connections over: \(why); stopping and closing them instead",
                      ["REASON": "handover_failed", "DETAIL": why])
-        stopping = false
+        stop.handOverFailed()
         beginStop(signal: SIGTERM)
         return false
     }
