@@ -1152,9 +1152,11 @@ def cluster_stop(t, pool, half):
     t.check(f"systemctl stop: the host daemon's {half} members got a leave for each user of the systemd daemon in their room "
             "whose join the host daemon relayed, once",
             len(to_host) == expected and len(set((x[0], x[2]) for x in to_host)) == expected, f"{len(to_host)} of {expected}")
-    t.check(f"systemctl stop: the leaves came within restart_grace ({CLUSTER_RESTART_GRACE * 1000:.0f} ms) and 500 ms of slack "
-            f"after systemctl returned, not after cluster.timeout of silence",
-            last is not None and last - t1 <= CLUSTER_RESTART_GRACE + 0.5 and first - t1 >= CLUSTER_RESTART_GRACE * 0.5,
+    # The host daemon sends them all in one loop turn; this pool reads 20,000-odd frames in a few hundred ms more.
+    t.check(f"systemctl stop: the leaves began within restart_grace ({CLUSTER_RESTART_GRACE * 1000:.0f} ms) and 500 ms of slack "
+            f"after systemctl returned (not after cluster.timeout of silence) and were all read within 2 s more",
+            last is not None and CLUSTER_RESTART_GRACE * 0.5 <= first - t1 <= CLUSTER_RESTART_GRACE + 0.5
+            and last - t1 <= CLUSTER_RESTART_GRACE + 2.0,
             f"first {(first - t1) * 1000:.0f} ms, last {(last - t1) * 1000:.0f} ms" if last else "no leave")
 
 
