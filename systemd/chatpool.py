@@ -22,7 +22,7 @@ import socket
 import struct
 import time
 
-JOIN, TEXT, HEARTBEAT = 0, 2, 8
+JOIN, LEAVE, TEXT, HEARTBEAT = 0, 1, 2, 8
 CONTENT = 36    # len("SSSSSS:QQQQQQQQ:TTTTTTTTTTTTTTTTTTTT")
 
 
@@ -92,6 +92,8 @@ class ChatPool:
         self.t_send = array.array("d")        # per delivery: send time (s, monotonic)
         self.latency = array.array("d")       # per delivery: latency (s)
         self.other_frames = 0                 # joins, leaves (not counted as chat)
+        self.leaves = []                      # (receiver, time received (s, monotonic), body) of every leave frame
+        self.joins = []                       # (receiver, body) of every join frame
         self.sent_at = {}                     # (sender, seq) -> send time (s, monotonic)
         self.copies = {}                      # (sender, seq) -> receivers that got it
         self.split_frames = set()             # (sender, seq) sent in two halves: their latency is the client's, not counted
@@ -301,6 +303,10 @@ class ChatPool:
                         self.split_received += 1
             else:
                 self.other_frames += 1
+                if type_ == LEAVE:
+                    self.leaves.append((r, now / 1e9, bytes(buf[off + 6:end])))
+                elif type_ == JOIN:
+                    self.joins.append((r, bytes(buf[off + 6:end])))
             off = end
         del buf[:off]
 

@@ -1394,6 +1394,55 @@ def stop_process(proc, sig_timeout=5):
         proc.wait()
 
 
+# [cluster] restart_grace of the systemd daemon (the default).
+CLUSTER_RESTART_GRACE = 1.0
+
+
+def cluster_stop(t, pool, half):
+    """`systemctl stop` of the systemd daemon, after the restarts and the
+    crash: every SIGTERM hands over, so the daemon cannot tell this stop
+    from a restart; it announces the hand-over with its restart_grace, and
+    the host daemon's members get a leave for each of its users once that
+    has passed (long before cluster.timeout, 2 s, counted from its last
+    heartbeat). Every user is still tracked after the restarts: no ghost.
+    The host daemon knows the users whose join it relayed: one that joined
+    before the host daemon subscribed to its room (the pool joins everyone
+    at once) reached no host member and gets no leave there either."""
+    leaves0 = len(pool.leaves)
+    # Each host member gets the leave of every systemd member of its room whose join the host daemon relayed.
+    seen = {body for r, body in pool.joins if pool.daemon(r) == 1}
+    on_systemd = [m for m in pool.members if pool.daemon(m.i) == 0]
+    unseen = [o for o in on_systemd if o.identity not in seen]
+    if unseen:
+        print(f"        {len(unseen)} of the systemd daemon's {len(on_systemd)} users joined before the host daemon subscribed to "
+              f"their room: no host member saw them join, and none gets their leave")
+    expected = sum(1 for m in pool.members if pool.daemon(m.i) == 1 and not m.closed
+                   for o in on_systemd if o.room == m.room and o.identity in seen)
+    t0 = time.monotonic()
+    p = run("systemctl", "stop", UNIT, check=False, timeout=60)
+    t1 = time.monotonic()
+    deadline = t1 + CLUSTER_RESTART_GRACE + 5
+    while time.monotonic() < deadline and len(pool.leaves) - leaves0 < expected:
+        pool._poll(0.05)
+    got = pool.leaves[leaves0:]
+    to_host = [x for x in got if pool.daemon(x[0]) == 1]
+    last = max((x[1] for x in to_host), default=None)
+    first = min((x[1] for x in to_host), default=None)
+    t.check("systemctl stop (with 2 restarts and a crash before it) succeeds", p.returncode == 0, p.stderr.strip())
+    print(f"        systemctl stop took {(t1 - t0) * 1000:.0f} ms; the host daemon's members got {len(to_host)} of {expected} leaves, "
+          + (f"the first {(first - t1) * 1000:.0f} ms and the last {(last - t1) * 1000:.0f} ms after it returned "
+             f"(restart_grace {CLUSTER_RESTART_GRACE * 1000:.0f} ms)" if last else "none"))
+    t.check(f"systemctl stop: the host daemon's {half} members got a leave for each user of the systemd daemon in their room "
+            "whose join the host daemon relayed, once",
+            len(to_host) == expected and len(set((x[0], x[2]) for x in to_host)) == expected, f"{len(to_host)} of {expected}")
+    # The host daemon sends them all in one loop turn; this pool reads 20,000-odd frames in a few hundred ms more.
+    t.check(f"systemctl stop: the leaves began within restart_grace ({CLUSTER_RESTART_GRACE * 1000:.0f} ms) and 500 ms of slack "
+            f"after systemctl returned (not after cluster.timeout of silence) and were all read within 2 s more",
+            last is not None and CLUSTER_RESTART_GRACE * 0.5 <= first - t1 <= CLUSTER_RESTART_GRACE + 0.5
+            and last - t1 <= CLUSTER_RESTART_GRACE + 2.0,
+            f"first {(first - t1) * 1000:.0f} ms, last {(last - t1) * 1000:.0f} ms" if last else "no leave")
+
+
 def test_cluster_handover(t, stage, install_stage):
     """Two daemons on one Redis: the packaged one under systemd (Redis through
     its Unix socket) and the release binary on the host (over TCP), 1,000
@@ -1456,6 +1505,7 @@ def test_cluster_handover(t, stage, install_stage):
         events = [(f"2 restarts {gap * 1000:.0f} ms apart", double),
                   ("SIGKILL", ["systemctl", "kill", "-s", "SIGKILL", UNIT])]
         for label, argv in events:
+            leaves0 = len(pool.leaves)
             lost0, dup0, foreign0 = pool.lost_between(), pool.duplicates, pool.foreign
             sent0 = len(pool.sent_at)
             pid = show(UNIT, "MainPID")["MainPID"]
@@ -1502,6 +1552,12 @@ def test_cluster_handover(t, stage, install_stage):
                     f"{(late[0][0] - t_ready) * 1000:.0f} ms after READY=1" if late else "")
             t.check(f"{label}: PUBSUB NUMSUB shows 2 subscribers on each room's channel",
                     set(subs.values()) == {2}, str(subs))
+            t.check(f"{label}: no member on either daemon got a leave (the host daemon waited for the systemd one: no ghost, "
+                    "no departure)", len(pool.leaves) == leaves0, f"{len(pool.leaves) - leaves0} leaves")
+            late_return = [m for m in messages(recs) if "restart_grace the hand-over announced" in m]
+            t.check(f"{label}: the restarted daemon was back within restart_grace (no members announced again)",
+                    not late_return, "; ".join(late_return))
+        cluster_stop(t, pool, half)
         total = pool.lost()
         print(f"        {sum(pool.sent)} chat frames sent, {pool.deliveries()} of {pool.expected()} deliveries, {total} lost")
     finally:

@@ -11,7 +11,7 @@ public struct ClusterChannels: Sendable {
     public let roomPrefix: [UInt8]
     /// `roomcast:NAME:hb:` as bytes.
     public let heartbeatPrefix: [UInt8]
-    /// `roomcast:NAME:daemons`: every daemon's heartbeat and its bye, for all the others.
+    /// `roomcast:NAME:daemons`: every daemon's heartbeat, its bye and its hand-overs, for all the others.
     public let daemons: [UInt8]
     /// `roomcast:NAME:control`: moderation changes and kicks (ModerationWire.swift).
     public let control: [UInt8]
@@ -43,6 +43,9 @@ public struct ClusterChannels: Sendable {
 ///     1      1    kind: 0 heartbeat, 1 LTB frame with a little-endian header, 2 big-endian,
 ///                 3 bye (the origin stops; no room, no frame),
 ///                 4 counts (the origin's members per room, `ClusterCounts`, in place of the frame)
+///                 5 handing over (the origin handed its clients to systemd's fd store, for
+///                   a restart or a stop it cannot tell apart: back within `seq` ms, or gone;
+///                   no room, no frame)
 ///     2      2    room length R
 ///     4      1    address length A
 ///     5      8    origin: the sending daemon, a random number drawn at each start
@@ -64,6 +67,10 @@ public struct ClusterEnvelope: Equatable, Sendable {
         case bye = 3
         /// The origin's viewer counts, on the daemons channel (`ClusterCounts`).
         case counts = 4
+        /// The origin handed its clients over (a restart, or a stop under
+        /// systemd): it is back within `seq` ms under the same origin, or
+        /// gone (docs/protocol.md §12, "Leaves").
+        case handingOver = 5
 
         /// The kind of a frame in `byteOrder`.
         public init(_ byteOrder: ByteOrder) { self = byteOrder == .little ? .littleEndianFrame : .bigEndianFrame }
@@ -124,7 +131,7 @@ public struct ClusterEnvelope: Equatable, Sendable {
         guard p.count >= frameStart else { return .failure(.tooShort) }
         let frame = UnsafeRawBufferPointer(rebasing: p[frameStart...])
         switch kind {
-        case .heartbeat, .bye, .counts:
+        case .heartbeat, .bye, .counts, .handingOver:
             break
         case .littleEndianFrame, .bigEndianFrame:
             let order: ByteOrder = kind == .littleEndianFrame ? .little : .big

@@ -67,6 +67,13 @@ public struct HandOverState: Equatable, Sendable {
         public var streams: [Stream]
         /// The receiving side's positions (`ClusterSequenceTracker.carried`).
         public var positions: [ClusterSequenceTracker.Carried] = []
+        /// When the other daemons stop waiting for this one (the writer's
+        /// CLOCK_MONOTONIC ms, which the reader on the same machine shares):
+        /// the writer told them it hands over and is back by then
+        /// (`[cluster] restart_grace`). A reader whose link comes up later
+        /// announces its members again, since the others sent their leaves.
+        /// nil: nothing announced (Redis was down), or an older writer.
+        public var returnByMs: UInt64? = nil
 
         public struct Stream: Equatable, Sendable {
             public var room: RoomName
@@ -196,6 +203,8 @@ public struct HandOverState: Equatable, Sendable {
         case origin = 1, lastStream, stream
         /// A tracker position: room, origin (`positionOrigin`), id (its stream), seq.
         case position = 4
+        /// `Cluster.returnByMs` (an older reader skips it).
+        case returnBy = 5
         /// Inside a stream or position record.
         case room = 10, id, seq, positionOrigin
     }
@@ -265,7 +274,7 @@ public struct HandOverState: Equatable, Sendable {
     }
 
     /// At least the bytes `encode` writes for the cluster record `c`: its
-    /// header, two integers, and per stream a header, the room's bytes and
+    /// header, three integers, and per stream a header, the room's bytes and
     /// two integers.
     /// At least the bytes of the moderation records.
     public static func moderationBytesBound(_ records: [ModerationRecord]) -> Int {
@@ -273,7 +282,7 @@ public struct HandOverState: Equatable, Sendable {
     }
 
     public static func clusterBytesBound(_ c: Cluster) -> Int {
-        c.streams.reduce(6 + 2 * 14) { $0 + 6 + 6 + $1.room.bytes.count + 2 * 14 }
+        c.streams.reduce(6 + 3 * 14) { $0 + 6 + 6 + $1.room.bytes.count + 2 * 14 }
             + c.positions.reduce(0) { $0 + 6 + 6 + $1.room.bytes.count + 3 * 14 }
     }
 
@@ -325,6 +334,7 @@ public struct HandOverState: Equatable, Sendable {
             w.nested(RecordTag.cluster.rawValue) { w in
                 w.u64(ClusterTag.origin.rawValue, cluster.origin)
                 w.u64(ClusterTag.lastStream.rawValue, cluster.lastStream)
+                if let by = cluster.returnByMs { w.u64(ClusterTag.returnBy.rawValue, by) }
                 for s in cluster.streams {
                     w.nested(ClusterTag.stream.rawValue) { w in
                         w.bytes(ClusterTag.room.rawValue, s.room.bytes)
@@ -468,6 +478,7 @@ public struct HandOverState: Equatable, Sendable {
             switch ClusterTag(rawValue: tag) {
             case .origin: c.origin = try Reader.u64(v, "cluster origin")
             case .lastStream: c.lastStream = try Reader.u64(v, "cluster stream")
+            case .returnBy: c.returnByMs = try Reader.u64(v, "cluster return deadline")
             case .stream:
                 var s = Cluster.Stream(room: RoomName(bytes: []), id: 0, seq: 0)
                 var fields = Reader(v)

@@ -185,7 +185,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api", "tls", "rooms"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 68)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 69)
     }
 
     /// The operator's documentation names every key: the table of
@@ -618,12 +618,15 @@ extension Substring {
         #expect(c.cluster.redis == nil)
         #expect(c.cluster.name == "main")
         #expect(c.cluster.timeoutMs == 2_000)
+        #expect(c.cluster.restartGraceMs == 1_000)
         #expect(c.cluster.maxOutputBytes == 4 << 20)
+        #expect(try Config.parse("[cluster]\nrestart_grace = 300ms\n", file: "t").cluster.restartGraceMs == 300)
     }
 
     @Test(arguments: [("name = a:b", 2, "not a cluster name"), ("name = ", 2, "not a cluster name"),
                       ("name = " + String(repeating: "n", count: 65), 2, "not a cluster name"),
                       ("timeout = 50ms", 2, "out of range"), ("timeout = 2min", 2, "out of range"),
+                      ("restart_grace = 50ms", 2, "out of range"), ("restart_grace = 2min", 2, "out of range"),
                       ("max_output_bytes = 1K", 2, "out of range"), ("sharded = yes", 2, "unknown key")])
     func refusedValues(line: String, at: Int, reason: String) throws {
         do {

@@ -287,6 +287,16 @@ struct HandOverStateTests {
         #expect(try HandOverState.decode(s.encode()) == s)
     }
 
+    @Test("the return deadline a hand-over announced round-trips in the cluster record (absent: nil), within clusterBytesBound")
+    func returnDeadlineRoundTrips() throws {
+        var s = HandOverState(stoppedReadingMs: 7, writer: "t")
+        s.cluster = .init(origin: 1, lastStream: 3, streams: [.init(room: "r1", id: 3, seq: 9)])
+        #expect(try HandOverState.decode(s.encode()).cluster?.returnByMs == nil)
+        s.cluster!.returnByMs = 123_456_789
+        #expect(try HandOverState.decode(s.encode()) == s)
+        #expect(HandOverState.clusterBytesBound(s.cluster!) >= s.encode().count - HandOverState(stoppedReadingMs: 7, writer: "t").encode().count)
+    }
+
     @Test("the tracker's positions round-trip in the cluster record, and a tracker restored from them counts what it missed")
     func positionsRoundTrip() throws {
         var tracker = ClusterSequenceTracker()

@@ -44,6 +44,15 @@ extension Config {
         /// for this long is given up and reconnected; 100ms ... 1min,
         /// default 2s. Heartbeats go out every quarter of it.
         public var timeoutMs: UInt64
+        /// `restart_grace`: how long the other daemons wait, in ms, for this
+        /// one to be heard again after it handed its clients over (every
+        /// SIGTERM under systemd, which does not tell a restart from a
+        /// stop: docs/operations.md, "Restarts"); past it they take it as
+        /// stopped and its users leave their rooms there. It is sent with
+        /// the hand-over, so each daemon states its own. 100ms ... 1min,
+        /// default 1s (two restarts 50 ms apart were heard again 0.7 s
+        /// after the first hand-over on a loaded machine: docs/cluster.md).
+        public var restartGraceMs: UInt64 = 1_000
         /// `max_output_bytes`: output held for Redis and not yet written,
         /// above which frames are not published (counted as dropped).
         /// 64K ... 1G, default 4M.
@@ -71,6 +80,7 @@ extension SectionSpec {
             c.cluster.name = v
         },
         KeySpec(name: "timeout") { c, v throws(ValueError) in c.cluster.timeoutMs = try duration(v, 100...60_000) },
+        KeySpec(name: "restart_grace") { c, v throws(ValueError) in c.cluster.restartGraceMs = try duration(v, 100...60_000) },
         KeySpec(name: "max_output_bytes") { c, v throws(ValueError) in
             c.cluster.maxOutputBytes = try size(v, (64 << 10)...(1 << 30))
         },

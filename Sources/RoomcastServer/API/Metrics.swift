@@ -57,9 +57,9 @@ extension Server {
         family("cluster_subscribed_rooms", "gauge", "Room channels subscribed in Redis (rooms with members here), while connected.",
                [("", UInt64(c?.rooms ?? 0))])
         out += "# HELP roomcast_loop_wait_seconds Time each loop iteration spent waiting in epoll_wait(2).\n# TYPE roomcast_loop_wait_seconds histogram\n"
-        out += loopWait.exposition("roomcast_loop_wait_seconds")
+        out += loop.wait.exposition("roomcast_loop_wait_seconds")
         out += "# HELP roomcast_loop_iteration_seconds Time each loop iteration spent working (events, timers, flush).\n# TYPE roomcast_loop_iteration_seconds histogram\n"
-        out += loopWork.exposition("roomcast_loop_iteration_seconds")
+        out += loop.work.exposition("roomcast_loop_iteration_seconds")
         return out
     }
 }

@@ -105,6 +105,16 @@ final class ClusterLink: RelayObserver {
     /// The connections were restored after a crash (a new origin): their
     /// members are announced again once the link is up (`announceRestoredMembers`).
     var restoredAfterCrash = false
+    /// After a hand-over: when the other daemons stop waiting for this one
+    /// (ms; `HandOverState.Cluster.returnByMs`). Once the publisher is
+    /// ready, a heartbeat tells them it is back; past this (less
+    /// `returnSlackMs`) they have sent their leaves, so its members are
+    /// announced again.
+    private(set) var returnByMs: UInt64?
+    /// How close to `returnByMs` a return counts as late: the others'
+    /// deadlines start when they receive the hand-over, a little after it
+    /// was sent, and their loops may read the heartbeat late (ms).
+    static let returnSlackMs: UInt64 = 50
 
     /// Rooms whose stream numbers moved since the live log last had them,
     /// and the last stream id it has (`publisherWillWrite`).
@@ -158,9 +168,10 @@ final class ClusterLink: RelayObserver {
                        received: received, dropped: dropped, gaps: gaps, late: late, misrouted: misrouted, stale: stale)
     }
 
-    /// New `timeout` and `max_output_bytes` (reload); `redis` and `name` need a restart.
+    /// New `timeout`, `restart_grace` and `max_output_bytes` (reload); `redis` and `name` need a restart.
     func reconfigure(_ new: Config.Cluster) {
         settings.timeoutMs = new.timeoutMs
+        settings.restartGraceMs = new.restartGraceMs
         settings.maxOutputBytes = new.maxOutputBytes
     }
 
@@ -173,16 +184,22 @@ final class ClusterLink: RelayObserver {
         heartbeatChannel = channels.heartbeat(origin: origin)
         streams.restore(lastID: carried.lastStream, streams: carried.streams.map { (room: $0.room, id: $0.id, seq: $0.seq) })
         tracker.restore(carried.positions)
+        returnByMs = carried.returnByMs
     }
 
     /// What a restart carries over (`HandOverState.cluster`): the origin,
-    /// the numbering of this daemon's streams and the positions of the
-    /// other daemons' frames delivered here.
+    /// the numbering of this daemon's streams, the positions of the
+    /// other daemons' frames delivered here, and when the others stop
+    /// waiting: `restart_grace` from now when `shutdown(.handingOver)` can
+    /// tell them (the publisher is up), else what an earlier process told
+    /// them and this one had not yet answered.
     func carry() -> HandOverState.Cluster {
         let s = streams.snapshot
-        return HandOverState.Cluster(origin: origin, lastStream: s.lastID,
-                                     streams: s.streams.map { HandOverState.Cluster.Stream(room: $0.room, id: $0.id, seq: $0.seq) },
-                                     positions: tracker.carried)
+        var c = HandOverState.Cluster(origin: origin, lastStream: s.lastID,
+                                      streams: s.streams.map { HandOverState.Cluster.Stream(room: $0.room, id: $0.id, seq: $0.seq) },
+                                      positions: tracker.carried)
+        c.returnByMs = publisher.state == .ready ? nowMs + settings.restartGraceMs : returnByMs
+        return c
     }
 
     // MARK: - The crash path (LiveStore.swift)
@@ -235,13 +252,24 @@ final class ClusterLink: RelayObserver {
         connect(subscriber, nowMs: nowMs)
     }
 
-    /// At exit: a bye to the other daemons when this one stops for good
-    /// (`bye`; not at a hand-over, where the next process goes on as this
-    /// daemon), what the publisher holds written if the socket takes it,
-    /// then both connections closed.
-    func shutdown(bye: Bool) {
-        if bye && publisher.state == .ready {
-            ClusterEnvelope.encode(kind: .bye, origin: origin, stream: 0, seq: 0, room: RoomName(bytes: []), address: "",
+    /// How this process leaves the cluster.
+    enum Departure {
+        /// A stop for good: the other daemons send leaves for its members at once.
+        case bye
+        /// A hand-over to systemd's fd store: a restart, or a stop that
+        /// systemd does not tell apart. The others wait `restart_grace`
+        /// for the next process (the same origin), then send the leaves.
+        case handingOver
+    }
+
+    /// At exit: a bye, or a hand-over announced with `restart_grace`, to
+    /// the other daemons on the daemons channel; what the publisher holds
+    /// written if the socket takes it; then both connections closed.
+    func shutdown(_ departure: Departure) {
+        if publisher.state == .ready {
+            let kind: ClusterEnvelope.Kind = departure == .bye ? .bye : .handingOver
+            let grace = departure == .bye ? 0 : settings.restartGraceMs
+            ClusterEnvelope.encode(kind: kind, origin: origin, stream: 0, seq: grace, room: RoomName(bytes: []), address: "",
                                    frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
             _ = publisher.publish(channels.daemons, envelope, nowMs: nowMs)
         }
@@ -322,6 +350,7 @@ final class ClusterLink: RelayObserver {
             d = min(d, nextHeartbeatMs, nextCountsMs)
             if subscriber.state == .ready { d = min(d, lastHeardMs + settings.timeoutMs) }
         }
+        if let back = remote.nextReturnMs { d = min(d, back) }
         return d
     }
 
@@ -354,15 +383,11 @@ final class ClusterLink: RelayObserver {
             lose(subscriber, "our heartbeat did not come back within \(formatDuration(ms: timeout)) (Redis stopped?)", now: now)
         }
         if now >= nextHeartbeatMs {
-            heartbeatSeq &+= 1
-            ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
-                                   frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
-            _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
-            _ = publisher.publish(channels.daemons, envelope, nowMs: now)
-            nextHeartbeatMs = now + max(1, timeout / 4)
+            sendHeartbeat(now: now)
             expireSilentDaemons(now: now)
         }
         if now >= nextCountsMs { publishCounts(now: now) }
+        expireOverdueReturns(now: now)
     }
 
     /// This daemon's members per room on the daemons channel, when they
@@ -379,6 +404,31 @@ final class ClusterLink: RelayObserver {
         if publisher.publish(channels.daemons, envelope, nowMs: now) {
             lastCountsPayload = countsPayload
             lastCountsMs = now
+        }
+    }
+
+    /// Our heartbeat, to ourselves (the proof Redis relays) and to the others.
+    private func sendHeartbeat(now: UInt64) {
+        heartbeatSeq &+= 1
+        ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
+                               frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
+        _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
+        _ = publisher.publish(channels.daemons, envelope, nowMs: now)
+        nextHeartbeatMs = now + max(1, settings.timeoutMs / 4)
+    }
+
+    /// The publisher is up after a hand-over: a heartbeat first, before
+    /// any frame, so the others stop waiting; if they stopped already
+    /// (later than the `restart_grace` announced), the restored members
+    /// are announced again, as after a crash with a new origin.
+    private func returnFromHandOver(by: UInt64, now: UInt64) {
+        returnByMs = nil
+        sendHeartbeat(now: now)
+        if now + Self.returnSlackMs >= by {
+            logger.warning("cluster: back on Redis " + (now >= by ? "\(now - by) ms after" : "\(by - now) ms before")
+                           + " the end of the [cluster] restart_grace the hand-over announced: the other daemons have sent (or may "
+                           + "send) leaves for the members here, so they are announced again", ["REASON": "cluster_late_return", "REDIS": address.description])
+            announceRestoredMembers(after: "the late return")
         }
     }
 
@@ -486,9 +536,10 @@ final class ClusterLink: RelayObserver {
         c.state = .ready
         lastHeardMs = now  // the heartbeat round trip starts over
         if c.role == .publisher { nextHeartbeatMs = now; nextCountsMs = now; lastCountsPayload = nil }
+        if c.role == .publisher, let by = returnByMs { returnFromHandOver(by: by, now: now) }
         if c.role == .publisher && restoredAfterCrash {
             restoredAfterCrash = false
-            announceRestoredMembers()
+            announceRestoredMembers(after: "the crash")
         }
         guard connected, let down = downSince else { return }
         downSince = nil

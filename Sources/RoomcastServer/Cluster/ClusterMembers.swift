@@ -4,11 +4,14 @@ import RoomcastCore
 // knows them, so that their users do not stay in rooms here as ghosts when
 // a daemon goes away (docs/protocol.md §12, "Leaves"). Each daemon
 // publishes its heartbeat on the cluster-wide channel
-// `roomcast:NAME:daemons` every quarter of `cluster.timeout`, and a "bye"
-// there when it stops; a daemon that says bye, or is not heard for
-// `cluster.timeout`, is gone: each of its members that this daemon relayed
-// a join for gets the leave a local disconnect gives (its last join body),
-// in the room it joined.
+// `roomcast:NAME:daemons` every quarter of `cluster.timeout`, a "bye"
+// there when it stops outside systemd, and "handing over, back within G"
+// at every hand-over (under systemd every SIGTERM: a restart and a stop
+// look the same to the daemon). A daemon that says bye, is not heard again
+// within the G it announced, or is not heard for `cluster.timeout`, is
+// gone: each of its members that this daemon relayed a join for gets the
+// leave a local disconnect gives (its last join body), in the room it
+// joined.
 
 /// Per remote daemon (origin): when it was last heard, and its members in
 /// rooms with members here, by the address its daemon gave them.
@@ -39,10 +42,20 @@ struct RemoteDaemons {
     /// daemon publishes them at least every `ClusterLink.countsRefreshMs`.
     static let countsMaxAgeMs: UInt64 = 10_000
 
+    /// A daemon that handed its clients over and is not heard since: when
+    /// it said so and when it is gone unless heard (ms, this daemon's clock).
+    struct Return: Equatable {
+        var sinceMs: UInt64
+        var byMs: UInt64
+    }
+
     private(set) var daemons: [UInt64: Daemon] = [:]
     private(set) var memberCount = 0
     /// Members per room over every other daemon (the sum of their `counts`).
     private(set) var viewers: [RoomName: Int] = [:]
+    /// The daemons awaited back from a hand-over (a few at most: one per
+    /// daemon restarting now).
+    private(set) var returning: [UInt64: Return] = [:]
 
     /// `origin`'s members per room, replacing what it said before.
     mutating func setCounts(_ origin: UInt64, _ counts: [RoomName: Int], nowMs: UInt64) {
@@ -69,9 +82,31 @@ struct RemoteDaemons {
     }
 
     /// `origin`'s heartbeat on the daemons channel: it is alive.
-    mutating func heard(_ origin: UInt64, nowMs: UInt64) {
+    /// - Returns: the hand-over it came back from, if it was awaited.
+    @discardableResult
+    mutating func heard(_ origin: UInt64, nowMs: UInt64) -> Return? {
         daemons[origin, default: Daemon(lastHeardMs: nowMs)].lastHeardMs = nowMs
         daemons[origin]!.announces = true
+        return returning.isEmpty ? nil : returning.removeValue(forKey: origin)
+    }
+
+    /// `origin` handed its clients over and is back within `graceMs` (a
+    /// restart), or gone (a stop). A second hand-over before it is heard
+    /// (a restart while the restarted process starts) moves the deadline.
+    mutating func handingOver(_ origin: UInt64, graceMs: UInt64, nowMs: UInt64) {
+        daemons[origin, default: Daemon(lastHeardMs: nowMs)].lastHeardMs = nowMs
+        daemons[origin]!.announces = true
+        returning[origin] = Return(sinceMs: returning[origin]?.sinceMs ?? nowMs, byMs: nowMs + graceMs)
+    }
+
+    /// The earliest return deadline (ms), if a daemon is awaited.
+    var nextReturnMs: UInt64? { returning.isEmpty ? nil : returning.values.lazy.map(\.byMs).min() }
+
+    /// Daemons awaited back whose deadline has passed at `nowMs`, no longer awaited.
+    mutating func overdue(nowMs: UInt64) -> [(origin: UInt64, awaited: Return)] {
+        let late = returning.filter { $0.value.byMs <= nowMs }
+        for origin in late.keys { returning[origin] = nil }
+        return late.map { (origin: $0.key, awaited: $0.value) }
     }
 
     /// A join relayed here: `address` of `origin` is in `room` as `identity`.
@@ -104,6 +139,7 @@ struct RemoteDaemons {
 
     /// `origin` is gone: its members, forgotten here.
     mutating func remove(_ origin: UInt64) -> [String: Member] {
+        returning[origin] = nil
         guard let d = daemons.removeValue(forKey: origin) else { return [:] }
         memberCount -= d.members.count
         subtractCounts(d.counts)
@@ -116,12 +152,20 @@ struct RemoteDaemons {
         daemons.contains { $0.key != origin && $0.value.members[address]?.room == room }
     }
 
-    /// Daemons not heard since `sinceMs`.
-    func silent(since sinceMs: UInt64) -> [UInt64] { daemons.filter { $0.value.announces && $0.value.lastHeardMs < sinceMs }.map(\.key) }
+    /// Daemons not heard since `sinceMs`, except those awaited back from a
+    /// hand-over (their own deadline decides, and a restart may take
+    /// longer than `cluster.timeout`).
+    func silent(since sinceMs: UInt64) -> [UInt64] {
+        daemons.filter { $0.value.announces && $0.value.lastHeardMs < sinceMs && returning[$0.key] == nil }.map(\.key)
+    }
 
-    /// After this daemon's own link was down: nobody could be heard, so everyone starts over as heard now.
+    /// After this daemon's own link was down: nobody could be heard, so
+    /// everyone starts over as heard now (a daemon awaited back included:
+    /// its heartbeat may have been missed, so it is found silent after
+    /// `cluster.timeout` if it is really gone).
     mutating func heardAll(nowMs: UInt64) {
         for origin in daemons.keys { daemons[origin]!.lastHeardMs = nowMs }
+        returning.removeAll()
     }
 }
 
@@ -168,8 +212,10 @@ extension ClusterLink {
     /// is announced again with its join, so that the other daemons keep it
     /// (`departed` skips members another origin announced) rather than
     /// sending its leave. Their members see the join twice, with no leave
-    /// between (docs/protocol.md §12). Call once the publisher is ready.
-    func announceRestoredMembers() {
+    /// between (docs/protocol.md §12). Also after a hand-over whose next
+    /// process came back later than it announced (the others sent leaves).
+    /// Call once the publisher is ready; `after` names the cause in the log.
+    func announceRestoredMembers(after cause: String) {
         guard publisher.state == .ready else { return }
         var frame: [UInt8] = []
         var count = 0
@@ -181,7 +227,7 @@ extension ClusterLink {
             frame.withUnsafeBytes { relayed($0, room: room, from: id) }
             count += 1
         }
-        logger.info("cluster: announced \(plural(count, "restored member")) to the other daemons after the crash",
+        logger.info("cluster: announced \(plural(count, "restored member")) to the other daemons after \(cause)",
                     ["REDIS": address.description])
     }
 
@@ -192,5 +238,33 @@ extension ClusterLink {
         for origin in remote.silent(since: now - settings.timeoutMs) {
             departed(origin, "was not heard for \(formatDuration(ms: settings.timeoutMs))")
         }
+    }
+
+    /// At each return deadline: a daemon that handed over and was not
+    /// heard again within the time it announced stopped (`systemctl stop`),
+    /// so its members leave here. Only while this daemon hears itself.
+    func expireOverdueReturns(now: UInt64) {
+        guard let next = remote.nextReturnMs, now >= next, connected, now &- lastHeardMs < settings.timeoutMs else { return }
+        for (origin, awaited) in remote.overdue(nowMs: now) {
+            departed(origin, "handed over and was not heard again within \(formatDuration(ms: awaited.byMs - awaited.sinceMs)) (stopped)")
+        }
+    }
+
+    /// A hand-over announced on the daemons channel (`graceMs`: the time
+    /// it said it is back within, bounded by what a config may say).
+    func handingOver(_ origin: UInt64, graceMs: UInt64) {
+        let grace = min(max(graceMs, 1), 60_000)
+        remote.handingOver(origin, graceMs: grace, nowMs: nowMs)
+        logger.info("cluster: daemon \(ClusterEnvelope.hex(origin)) handed its clients over (a restart, or a stop); "
+                    + "its members leave here unless it is heard again within \(formatDuration(ms: grace))",
+                    ["ORIGIN": ClusterEnvelope.hex(origin), "REASON": "cluster_daemon_handing_over"])
+    }
+
+    /// A heartbeat of `origin` on the daemons channel.
+    func heardDaemon(_ origin: UInt64) {
+        let now = nowMs
+        guard let back = remote.heard(origin, nowMs: now) else { return }
+        logger.info("cluster: daemon \(ClusterEnvelope.hex(origin)) is back \(now - back.sinceMs) ms after its hand-over (a restart)",
+                    ["ORIGIN": ClusterEnvelope.hex(origin), "REASON": "cluster_daemon_back", "GAP_MS": String(now - back.sinceMs)])
     }
 }

@@ -68,7 +68,7 @@ extension ClusterLink {
         }
         guard let channelRoom else {
             switch v.kind {
-            case .heartbeat: remote.heard(v.origin, nowMs: nowMs)
+            case .heartbeat: heardDaemon(v.origin)
             case .bye: departed(v.origin, "stopped (it said bye)")
             case .counts:
                 if let counts = ClusterCounts.decode(v.frame) {
@@ -78,11 +78,12 @@ extension ClusterLink {
                                        "cluster: dropped the viewer counts of daemon \(ClusterEnvelope.hex(v.origin)): cut short",
                                        ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(v.origin)])
                 }
+            case .handingOver: handingOver(v.origin, graceMs: v.seq)
             default: break
             }
             return
         }
-        guard v.kind != .heartbeat && v.kind != .bye && v.kind != .counts else { return }
+        guard v.kind != .heartbeat && v.kind != .bye && v.kind != .counts && v.kind != .handingOver else { return }
         guard v.room.elementsEqual(channelRoom) else {
             misrouted &+= 1
             logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,

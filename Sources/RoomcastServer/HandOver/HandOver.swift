@@ -22,7 +22,9 @@ import RoomcastIO
 // sends SIGTERM without running ExecStop=.
 //
 // SIGINT, and SIGTERM without an fd store (outside systemd), stop as
-// before (Lifecycle.swift).
+// before (Lifecycle.swift). What each connection's record holds is
+// HandOverRecords.swift's; the notifications to PID 1 (FDSTORE=1,
+// BARRIER=1) and the standalone unit's stored listeners HandOverStore.swift's.
 
 /// The FDNAME= of what roomcastd keeps in systemd's fd store. A socket
 /// unit's FileDescriptorName= must not be one of these.
@@ -117,7 +119,7 @@ extension Server {
     /// this iteration read are relayed, what is owed is flushed while
     /// clients take it (`handOverDue`), then everything is handed over.
     func beginHandOver() {
-        stopping = true
+        stop.handOverBegan()
         handOver.pending = true
         handOver.stoppedReadingMs = clock()
         closeAPIAll()  // the API's connections are not carried: a backend retries
@@ -220,7 +222,7 @@ extension Server {
         if !boxes.isEmpty, let problem = storeBeforeExit(boxes, name: HandOverName.box) { return handOverFailed("storing the box: " + problem) }
         let processed = barrier(timeoutMs: handOver.timeoutMs)
         handOver.done = true
-        cluster?.shutdown(bye: false)  // the next process subscribes as the same daemon
+        cluster?.shutdown(.handingOver)  // the others wait restart_grace for the next process (the same daemon)
         let ms = clock() - handOver.stoppedReadingMs
         logger.info("handed \(plural(ids.count, "connection")) in \(plural(relay.roomCount, "room")) to systemd's fd store in \(ms) ms"
                     + " (\(liveBox ?? "a new box")" + (handOver.flush.map { f in "; flushed for \(now - f.startedMs) ms" + (owed > 0 ? ", \(owed) bytes still owed go with the state" : "") } ?? "") + ")"
@@ -256,257 +258,12 @@ extension Server {
         logger.info("removed the live boxes from systemd's fd store before the hand-over: a second copy of every descriptor would not fit in flight under RLIMIT_NOFILE (\(descriptorLimit))")
     }
 
-    /// `ids` less the connections owing the most output, as many as it takes
-    /// for the state to stay under `HandOverControl.maxStateBytes` (the
-    /// next process refuses a larger one, and every record in it): those
-    /// are closed, as slow consumers are (docs/protocol.md §6), and logged.
-    /// - Parameter besides: bytes of the state's other records (the cluster's).
-    func fitStateLimit(_ ids: [Int], besides: Int = 0) -> [Int] {
-        func bytes(_ id: Int) -> Int {
-            let c = table.slots[id]!
-            return HandOverState.recordBytesBound(address: c.address.utf8.count, room: relay.roomName(of: id)?.bytes.count ?? 0,
-                                                  identity: relay.identity(of: id)?.count ?? 0, nickname: c.nickname?.utf8.count ?? 0,
-                                                  input: c.input.count, output: table.fanout.outboxes[id].queue.count,
-                                                  claims: c.auth?.claims.json.count ?? 0,
-                                                  webSocketMessage: c.webSocket.map { 1 + $0.decoder.message.count } ?? 0)
-        }
-        let limit = handOver.maxStateBytes - besides
-            - HandOverState.globalsBytesBound(writer: roomcastVersion.utf8.count + 64 + socketOptions.utf8.count)
-        var total = ids.reduce(0) { $0 + bytes($1) }
-        guard total > limit else { return ids }
-        var left = Set<Int>()
-        for id in ids.sorted(by: { table.fanout.outboxes[$0].queue.count > table.fanout.outboxes[$1].queue.count }) where total > limit {
-            total -= bytes(id)
-            left.insert(id)
-        }
-        let owed = left.reduce(0) { $0 + table.fanout.outboxes[$1].queue.count }
-        logger.error("the hand-over state would pass \(formatSize(handOver.maxStateBytes)): closing the \(plural(left.count, "connection"))"
-                     + " owing the most output (\(formatSize(owed)) in all) instead of handing them over", ["REASON": "handover_state_too_large"])
-        for id in left { Sys.shutdownBoth(table.slots[id]!.fd) }  // copies in the live box or PID 1's store live on
-        return ids.filter { !left.contains($0) }
-    }
-
-    /// The options `Socket.configureClient` sets from the config: the next
-    /// process sets them again only if they differ (a setsockopt(2) per
-    /// option and client is most of a restore's time otherwise).
-    var socketOptions: String {
-        "nodelay sndbuf=\(Socket.clientSendBuffer) ltb-timeout=\(config.heartbeat.timeoutMs) json-keepalive=\(config.json.tcpKeepaliveMs)"
-    }
-
-    /// What the next process needs to know about connection `id`.
-    func record(of id: Int, nowMs now: UInt64) -> HandOverState.Record {
-        let c = table.slots[id]!
-        var r = HandOverState.Record(key: UInt64(id))
-        r.dialect = switch c.dialect { case .json: .json; case .webSocket: .webSocket; case .ltb: .ltb }
-        r.peerAddress = c.address
-        r.room = relay.roomName(of: id)
-        r.identity = relay.identity(of: id)
-        r.nickname = c.nickname
-        r.input = c.input
-        // At the end of a pass every batch range was written or copied
-        // into the queue (`Fanout.endPass`): the queue is all that is owed.
-        r.output = table.fanout.outboxes[id].queue.withReadableBytes { Array($0) }
-        r.tornBytes = UInt64(min(table.fanout.outboxes[id].torn, r.output.count))
-        r.softLimitElapsedMs = table.fanout.outboxes[id].softSinceMs.map { UInt32(clamping: now >= $0 ? now - $0 : 0) }
-        (r.heartbeatRemainingMs, r.partialFrameRemainingMs) = heartbeats.remaining(id, c.dialect, nowMs: now)
-        r.violations = UInt32(clamping: relay.violations(of: id))
-        r.frameMilliTokens = c.frameBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
-        r.byteMilliTokens = c.byteBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
-        r.draining = table.state(id) == .draining
-        r.authClaims = c.auth?.claims
-        if let session = c.webSocket {
-            var ws = HandOverState.WebSocket()
-            ws.upgraded = session.isOpen
-            ws.subprotocol = session.subprotocol
-            ws.echo = session.echo
-            ws.decoder = session.decoder.carried
-            ws.upgradeRemainingMs = session.isOpen ? nil : heartbeats.upgradeRemaining(id, nowMs: now)
-            ws.nextPingMs = UInt32(clamping: nextWebSocketPingMs > now ? nextWebSocketPingMs - now : 0)
-            r.webSocket = ws
-        }
-        return r
-    }
-
-    /// Puts every descriptor in boxes: one, unless a box fills up (each
-    /// holds thousands), then another.
-    /// - Returns: the boxes' read ends (their write ends are closed).
-    /// Keys are connection ids, u32 as earlier releases read them.
-    private func pack(_ entries: [(key: UInt64, fd: Int32)]) throws(SystemError) -> [Int32] {
-        var readEnds: [Int32] = []
-        var rest = entries[...]
-        while !rest.isEmpty {
-            let box: HandOverBox
-            do { box = try HandOverBox.make() } catch {
-                readEnds.forEach(Sys.close)
-                throw error
-            }
-            let (n, error) = box.put(rest, wideKeys: false)
-            box.seal()
-            readEnds.append(box.readEnd)
-            if error != nil || n == 0 {
-                readEnds.forEach(Sys.close)
-                throw error ?? SystemError("hand-over box", errno: EAGAIN)
-            }
-            rest = rest.dropFirst(n)
-        }
-        return readEnds
-    }
-
-    /// FDSTORE=1 of `fds` as `name` with FDPOLL=0 (PID 1 would drop a box
-    /// whose write end closed: measured with systemd 252).
-    /// - Returns: nil when sent, else what went wrong.
-    func storeBeforeExit(_ fds: [Int32], name: String) -> String? {
-        sendWaiting("FDSTORE=1\nFDNAME=\(name)\nFDPOLL=0", fds: fds)
-    }
-
-    /// One notification carrying `fds`, retried every ms while PID 1's queue
-    /// is full, for at most `HandOverControl.timeoutMs`: a bounded wait, only
-    /// at exit and at start (before READY=1).
-    /// - Returns: nil when sent, else what went wrong.
-    private func sendWaiting(_ state: String, fds: [Int32]) -> String? {
-        guard let channel = systemd.channel else { return "no notify socket" }
-        let deadline = monotonicMilliseconds() + handOver.timeoutMs
-        while true {
-            switch channel.send(state, fds: fds) {
-            case .sent: return nil
-            case .failed: return SystemError("sendmsg to the notify socket", errno: errno).description
-            case .wouldBlock:
-                if monotonicMilliseconds() >= deadline { return "PID 1 did not read its notify socket for \(formatDuration(ms: handOver.timeoutMs))" }
-                usleep(1_000)
-            }
-        }
-    }
-
-    /// BARRIER=1 (sd_notify_barrier(3)): waits until PID 1 has handled every
-    /// notification sent before, so that the stores are done when this
-    /// process exits. At most `timeoutMs`.
-    private func barrier(timeoutMs: UInt64) -> Bool {
-        var p: [Int32] = [-1, -1]
-        guard pipe(&p) == 0 else { return false }
-        defer { Sys.close(p[0]) }
-        let problem = sendWaiting("BARRIER=1", fds: [p[1]])
-        Sys.close(p[1])
-        guard problem == nil else { return false }
-        // PID 1 closes its copy of the write end once it got here: POLLHUP.
-        // (Sys.call retries an EINTR with the whole timeout: a bound, still.)
-        var pfd = pollfd(fd: p[0], events: 0, revents: 0)
-        guard case .done(let n)? = try? Sys.call("poll", { poll(&pfd, 1, Int32(clamping: timeoutMs)) }), n > 0 else { return false }
-        return pfd.revents & Int16(POLLHUP) != 0
-    }
-
     /// The hand-over could not complete: stop gracefully instead.
     private func handOverFailed(_ why: String) -> Bool {
         logger.error("cannot hand the connections over: \(why); stopping and closing them instead",
                      ["REASON": "handover_failed", "DETAIL": why])
-        stopping = false
+        stop.handOverFailed()
         beginStop(signal: SIGTERM)
         return false
-    }
-
-    // MARK: - Listeners of the standalone unit
-
-    /// A listener the previous process stored (standalone unit) if one is
-    /// bound to `address`: adopted, so the port never closed.
-    func adoptStoredListener(_ address: ListenAddress, _ dialect: Dialect, tls: Bool = false) -> Int32? {
-        adoptStored(HandOverName.listener(dialect, tls: tls)) { Socket.localAddress($0) == address.description }
-    }
-
-    /// The stored `[api]` listener bound to `address` (a TCP address, or a
-    /// Unix socket's path), taken out of `storedListeners`; nil if none.
-    func adoptStoredAPIListener(_ address: APIListenAddress) -> Int32? {
-        adoptStored(HandOverName.apiListener) { fd in
-            switch address {
-            case .tcp(let a): Socket.localAddress(fd) == a.description
-            case .unix(let path): Socket.unixPath(fd) == path
-            }
-        }
-    }
-
-    private func adoptStored(_ name: String, _ matches: (Int32) -> Bool) -> Int32? {
-        guard let i = handOver.storedListeners.firstIndex(where: { $0.name == name && matches($0.fd) }) else { return nil }
-        return handOver.storedListeners.remove(at: i).fd
-    }
-
-    /// With an fd store and listeners of its own (standalone unit): keeps
-    /// them in the store, so that clients connecting during a restart or a
-    /// crash wait in the backlog instead of being refused. Stored listeners
-    /// the config no longer names are closed and removed.
-    func keepListenersInStore() {
-        let storedNames = Set(handOver.storedListeners.map(\.name))
-        handOver.storedListeners.forEach { Sys.close($0.fd) }
-        handOver.storedListeners = []
-        handOver.listenersInStore = 0
-        guard canHandOver else { return }
-        // The client listeners only when the daemon bound them (standalone
-        // unit): socket units hold theirs. The API's, whenever it bound them.
-        var kinds: [(name: String, fds: [Int32])] = []
-        if !clientListenersFromSystemd {
-            for (dialect, tls) in [(Dialect.ltb, false), (.json, false), (.webSocket, false), (.ltb, true), (.json, true), (.webSocket, true)] {
-                kinds.append((HandOverName.listener(dialect, tls: tls), listeners.all.filter { $0.dialect == dialect && $0.tls == tls }.map(\.fd)))
-            }
-        }
-        kinds.append((HandOverName.apiListener, api.listeners.filter { !$0.fromSystemd }.map(\.fd)))
-        for (name, fds) in kinds {
-            // Kinds only when in use now or before (TLS, the API): every
-            // notification waits in PID 1's queue (a datagram socket's, of 10 by default).
-            if (name.hasSuffix("-tls") || name == HandOverName.apiListener) && fds.isEmpty && !storedNames.contains(name) { continue }
-            systemd.notify("FDSTOREREMOVE=1\nFDNAME=\(name)")
-            if !fds.isEmpty, fds.count > systemd.fdStoreMax - handOver.listenersInStore {
-                logger.warning("no room in systemd's fd store (FDSTORE=\(systemd.fdStoreMax)) for the \(name) listener: the port closes during restarts",
-                               ["REASON": "fdstore_budget"])
-            } else if !fds.isEmpty, let problem = storeBeforeExit(fds, name: name) {
-                logger.warning("could not keep the \(name) listener in systemd's fd store (\(problem)): the port closes during restarts",
-                               ["REASON": "handover_failed"])
-            } else if !fds.isEmpty {
-                handOver.listenersInStore += fds.count
-                if name == HandOverName.apiListener {
-                    for i in api.listeners.indices where !api.listeners[i].fromSystemd { api.listeners[i].inStore = true }
-                }
-            }
-        }
-    }
-}
-
-extension Heartbeats {
-    /// The time `id` has left before its deadlines, in ms, for a hand-over:
-    /// its heartbeat (nil: no deadline) and, for a JSON client in the
-    /// middle of a frame, that frame's.
-    func remaining(_ id: Int, _ dialect: Dialect, nowMs: UInt64) -> (heartbeat: UInt32?, partialFrame: UInt32?) {
-        func left(_ t: LivenessTracker) -> UInt32? {
-            guard t.timeoutMs > 0, let last = t.lastActive(of: id) else { return nil }
-            let deadline = last &+ t.timeoutMs
-            return UInt32(clamping: deadline > nowMs ? deadline - nowMs : 0)
-        }
-        return (left(dialect == .json ? json : ltb), dialect == .json ? left(jsonPartial) : nil)
-    }
-
-    /// The time a WebSocket upgrade of `id` has left, in ms; nil: not upgrading.
-    func upgradeRemaining(_ id: Int, nowMs: UInt64) -> UInt32? {
-        guard let last = webSocketUpgrade.lastActive(of: id) else { return nil }
-        let deadline = last &+ webSocketUpgrade.timeoutMs
-        return UInt32(clamping: deadline > nowMs ? deadline - nowMs : 0)
-    }
-
-    /// A handed-over WebSocket connection that was still upgrading: its
-    /// upgrade deadline is `remainingMs` from now.
-    mutating func restoreUpgrade(_ id: Int, remainingMs: UInt32, nowMs: UInt64) {
-        let deadline = nowMs &+ UInt64(remainingMs)
-        webSocketUpgrade.track(id, nowMs: deadline > webSocketUpgrade.timeoutMs ? deadline - webSocketUpgrade.timeoutMs : 0)
-    }
-
-    /// A handed-over connection, which `Server.open` tracked from now: its
-    /// deadlines become `nowMs` plus the time they had left.
-    mutating func restore(_ id: Int, _ dialect: Dialect, heartbeatMs: UInt32?, partialFrameMs: UInt32?, hasPartialFrame: Bool, nowMs: UInt64) {
-        /// The last sign of life that puts the deadline `remaining` ms from now.
-        func since(_ remaining: UInt32, _ timeoutMs: UInt64) -> UInt64 {
-            let deadline = nowMs &+ UInt64(remaining)
-            return deadline > timeoutMs ? deadline - timeoutMs : 0
-        }
-        if let ms = heartbeatMs {
-            if dialect == .json { json.track(id, nowMs: since(ms, json.timeoutMs)) } else { ltb.track(id, nowMs: since(ms, ltb.timeoutMs)) }
-        }
-        if dialect == .json && hasPartialFrame {
-            jsonPartial.track(id, nowMs: partialFrameMs.map { since($0, jsonPartial.timeoutMs) } ?? nowMs)
-        }
     }
 }

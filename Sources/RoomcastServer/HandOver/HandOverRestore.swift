@@ -169,7 +169,7 @@ extension Server {
         if let elapsed = r.softLimitElapsedMs, !r.output.isEmpty {
             // The slow-consumer clock goes on where it was (docs/protocol.md §6).
             table.fanout.outboxes[id].softSinceMs = now &- min(UInt64(elapsed), now)
-            overSoft.append(id)
+            watch.overSoft.append(id)
         }
         if r.draining {
             // It had sent EOF and left its room: only its owed output remains.
@@ -200,8 +200,7 @@ extension Server {
             heartbeats.restoreUpgrade(id, remainingMs: ms, nowMs: now)
         }
         if let ms = ws.nextPingMs {
-            let due = now + UInt64(ms)
-            nextWebSocketPingMs = nextWebSocketPingMs > now ? min(nextWebSocketPingMs, due) : due
+            webSocketPings.restore(dueMs: now + UInt64(ms), nowMs: now)
         }
     }
 

@@ -68,13 +68,13 @@ extension Server {
         table.transition(id, to: .draining)
         table.slots[id]!.drainDeadlineMs = now + Self.drainTimeoutMs
         table.slots[id]!.input = []
-        draining.append(id)
+        watch.draining.append(id)
         setWriteInterest(id, true)
     }
 
     /// Closes draining connections whose deadline passed.
     func checkDrainDeadlines(now: UInt64) {
-        draining.removeAll { id in
+        watch.draining.removeAll { id in
             guard table.state(id) == .draining else { return true }
             guard now >= table.slots[id]!.drainDeadlineMs else { return false }
             table.close(id, "drain timeout with \(table.fanout.outboxes[id].pending) bytes unsent")

@@ -8,6 +8,35 @@ import RoomcastIO
 // (SIGTERM, SIGINT). A reload changes settings, never connections; a stop
 // closes the listeners and drains every connection.
 
+/// How far the daemon is in stopping: a graceful stop (SIGTERM without an
+/// fd store, SIGINT: `Server.beginStop`) or a hand-over
+/// (`Server.beginHandOver`), which stops accepting and reading the same way.
+struct StopState {
+    /// A stop or a hand-over began: no accepting, no reading.
+    private(set) var stopping = false
+    /// When the graceful stop gives up flushing, in ms (0 during a hand-over,
+    /// whose own flush deadline applies: `Server.handOverFlushDeadline`).
+    private(set) var deadlineMs: UInt64 = 0
+
+    /// A graceful stop begins at `nowMs`, flushing for at most `drainMs`.
+    /// - Returns: false when a stop or a hand-over is already under way.
+    mutating func begin(nowMs: UInt64, drainMs: UInt64) -> Bool {
+        guard !stopping else { return false }
+        stopping = true
+        deadlineMs = nowMs + drainMs
+        return true
+    }
+
+    /// A hand-over begins: reading and accepting stop.
+    mutating func handOverBegan() { stopping = true }
+
+    /// The hand-over failed: a graceful stop may begin (`begin`).
+    mutating func handOverFailed() { stopping = false }
+
+    /// The graceful stop is over: every client is closed, or the deadline passed.
+    func finished(nowMs: UInt64, clients: Int) -> Bool { stopping && (clients == 0 || nowMs >= deadlineMs) }
+}
+
 extension Server {
     func readSignals() {
         while true {
@@ -81,10 +110,8 @@ extension Server {
     /// SIGTERM/SIGINT: STOPPING=1, stop accepting and reading, flush what
     /// every client is owed (up to `drainTimeoutMs`), close, exit 0.
     func beginStop(signal: Int32) {
-        guard !stopping else { return }
-        stopping = true
         let now = clock()
-        stopDeadlineMs = now + Self.drainTimeoutMs
+        guard stop.begin(nowMs: now, drainMs: Self.drainTimeoutMs) else { return }
         systemd.notify("STOPPING=1\nSTATUS=Stopping: flushing \(plural(table.count, "client"))")
         logger.info("received \(signal == SIGTERM ? "SIGTERM" : "SIGINT"), stopping: flushing \(plural(table.count, "client"))")
         closeListeners()
@@ -111,7 +138,7 @@ extension Server {
             release(id)
         }
         table.closeList.removeAll()
-        cluster?.shutdown(bye: true)  // the other daemons send leaves for its members
+        cluster?.shutdown(.bye)  // the other daemons send leaves for its members
         logger.flushSuppressed(nowMs: clock(), final: true)
         logger.info("stopped")
     }

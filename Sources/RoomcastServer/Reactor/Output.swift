@@ -39,7 +39,7 @@ extension Server {
         case .partial(_, let hadBacklog, let becameSlow):
             if live != nil { liveTorn(id) }  // the rest of a frame the kernel took part of
             if !hadBacklog { setWriteInterest(id, true) }
-            if becameSlow { overSoft.append(id) }
+            if becameSlow { watch.overSoft.append(id) }
         }
     }
 
@@ -91,7 +91,7 @@ extension Server {
     func checkSoftLimits(now: UInt64) {
         let soft = config.limits.outputSoftBytes
         let window = config.limits.outputSoftMs
-        overSoft.removeAll { id in
+        watch.overSoft.removeAll { id in
             guard let state = table.state(id), state != .closing, let since = table.fanout.outboxes[id].softSinceMs else { return true }
             let pending = table.fanout.outboxes[id].pending
             if pending <= soft {
@@ -111,8 +111,8 @@ extension Server {
     /// After a burst (a reconnect storm's joins, say) hands the freed
     /// buffers back to the kernel, so idle connections cost no RSS.
     func sweepIdleBuffersIfDue(now: UInt64) {
-        guard now >= nextSweepMs else { return }
+        guard now >= watch.nextSweepMs else { return }
         if table.fanout.sweepIdleBuffers() >= Self.trimAfterFreedBytes { _ = cshim_malloc_trim() }
-        nextSweepMs = now + Self.bufferSweepMs
+        watch.nextSweepMs = now + Self.bufferSweepMs
     }
 }

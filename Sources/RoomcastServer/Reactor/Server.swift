@@ -20,7 +20,10 @@ import RoomcastIO
 /// interest, slow consumers), `ConnectionLifecycle.swift` (open, EOF,
 /// drain, leave, eviction, reap), `Lifecycle.swift` (signals, reload,
 /// stop), `Cluster.swift` and `RedisConnection.swift` (rooms that span
-/// daemons, over Redis); the state they share is declared here.
+/// daemons, over Redis). A subsystem's state lives in its own type beside
+/// the code that changes it (`ConnectionTable`, `Relay`, `Heartbeats`,
+/// `StatusReporter`, `LoopClock`, `OutputWatch`, `StopState`,
+/// `HandOverControl`, `ClusterLink` ...); `Server` holds them.
 public final class Server {
     /// How the daemon was started (command line and environment).
     public struct Options {
@@ -76,11 +79,8 @@ public final class Server {
     var auth = AuthGate()
     /// The backend's HTTP API (`[api]`, API/APIServer.swift): off without listeners.
     var api = APIServer()
-    /// Time spent in epoll_wait(2) and in the rest of each iteration (GET /metrics), µs.
-    var loopWait = DurationHistogram()
-    var loopWork = DurationHistogram()
-    /// When the last wait of the loop returned, µs (monotonic).
-    var loopWaitEndUs: UInt64 = 0
+    /// Time spent in epoll_wait(2) and in the rest of each iteration (LoopClock.swift).
+    var loop = LoopClock()
     /// Rooms that span daemons (`[cluster]`); nil when it is off.
     var cluster: ClusterLink?
     /// The read buffer: whole frames are relayed straight from it (Input.swift).
@@ -88,19 +88,15 @@ public final class Server {
     /// Tests only: called with the connection id before each whole frame
     /// read is handled (what a crash at that moment would leave).
     var beforeFrame: ((Int) -> Void)?
-    /// Connections whose output is above `output_soft_bytes` (Output.swift).
-    var overSoft: [Int] = []
-    /// Connections flushing owed output before they close (ConnectionLifecycle.swift).
-    var draining: [Int] = []
-    /// When drained output buffers are next swept (Output.swift), in ms.
-    var nextSweepMs: UInt64 = 0
-    /// When the next round of WebSocket pings is due, in ms (WebSocketServer.swift).
-    var nextWebSocketPingMs: UInt64 = 0
+    /// Slow consumers, drains and the buffer sweep (OutputWatch.swift).
+    let watch = OutputWatch()
+    /// When the WebSocket members are next pinged (WebSocketServer.swift).
+    var webSocketPings = WebSocketPings()
 
-    /// SIGTERM/SIGINT arrived (Lifecycle.swift): no accepting, no reading.
-    var stopping = false
-    /// When the stop gives up flushing, in ms.
-    var stopDeadlineMs: UInt64 = 0
+    /// The graceful stop or the hand-over's (Lifecycle.swift).
+    var stop = StopState()
+    /// A stop or a hand-over began (`StopState.stopping`): no accepting, no reading.
+    var stopping: Bool { stop.stopping }
     /// The soft RLIMIT_NOFILE after raising it to the hard limit, in descriptors.
     var descriptorLimit: UInt64 = .max
     /// A restart that keeps the connections (HandOver.swift).
@@ -204,12 +200,9 @@ public final class Server {
         let timeout = min(waitTimeout(now: clock()), maxWaitMs)
         cluster?.beforeWait()  // what this turn published or subscribed: one write per Redis connection
         let waitStartUs = Sys.monotonicUsec()
-        defer { loopWork.record(Sys.monotonicUsec() &- loopWaitEndUs) }
+        defer { loop.iterationEnded() }
         try selector.wait(timeoutMs: Int32(timeout)) { source, readiness in
-            if loopWaitEndUs < waitStartUs {
-                loopWaitEndUs = Sys.monotonicUsec()
-                loopWait.record(loopWaitEndUs &- waitStartUs)
-            }
+            loop.waitEnded(startedUs: waitStartUs)
             switch source {
             case .connection(let id): connectionReady(id, readiness)
             case .listener(let index): acceptConnections(index)
@@ -221,10 +214,7 @@ public final class Server {
             case .apiConnection(let id): apiReady(id, readiness)
             }
         }
-        if loopWaitEndUs < waitStartUs {
-            loopWaitEndUs = Sys.monotonicUsec()
-            loopWait.record(loopWaitEndUs &- waitStartUs)
-        }
+        loop.waitEnded(startedUs: waitStartUs)
         if !tls.readAgain.isEmpty { readTLSAgain() }  // bytes inside OpenSSL wake no epoll
         let now = clock()
         runTimers(now: now)
@@ -236,23 +226,23 @@ public final class Server {
             if !handOverDue(now: now) { return true }  // still flushing
             if completeHandOver() { return false }
         }
-        return !(stopping && (table.count == 0 || now >= stopDeadlineMs))
+        return !stop.finished(nowMs: now, clients: table.count)
     }
 
     /// Milliseconds until the earliest timer (at most `maxWaitMs`).
     private func waitTimeout(now: UInt64) -> UInt64 {
-        var deadline = min(status.deadline(clients: table.count), nextSweepMs, viewerCounts.nextMs)
-        if listeners.all.contains(where: { $0.dialect == .webSocket }) { deadline = min(deadline, nextWebSocketPingMs) }
+        var deadline = min(status.deadline(clients: table.count), watch.nextSweepMs, viewerCounts.nextMs)
+        if listeners.all.contains(where: { $0.dialect == .webSocket }) { deadline = min(deadline, webSocketPings.nextMs) }
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
         if tls.pending.count > 0, let due = tls.pending.nextDeadline() { deadline = min(deadline, due) }
         if !tls.readAgain.isEmpty { deadline = now }
-        if stopping { deadline = min(deadline, stopDeadlineMs) }
+        if stop.stopping { deadline = min(deadline, stop.deadlineMs) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
         if let expiry = auth.nextDeadline { deadline = min(deadline, expiry) }
         if let due = api.nextDeadline { deadline = min(deadline, due) }
-        if !overSoft.isEmpty || !draining.isEmpty || systemd.hasPending || logger.owed {
+        if watch.hasDeadlines || systemd.hasPending || logger.owed {
             deadline = min(deadline, now + config.heartbeat.tickMs)
         }
         var ms = deadline > now ? deadline - now : 0
@@ -285,8 +275,8 @@ public final class Server {
         for (id, reason) in expired { evict(id, reason) }
         if auth.nextDeadline.map({ $0 <= now }) ?? false { expireTokens(now: now) }
         if moderation.count > 0 { expireModeration(now: now) }
-        if !overSoft.isEmpty { checkSoftLimits(now: now) }
-        if !draining.isEmpty { checkDrainDeadlines(now: now) }
+        if !watch.overSoft.isEmpty { checkSoftLimits(now: now) }
+        if !watch.draining.isEmpty { checkDrainDeadlines(now: now) }
         resumeAcceptingIfDue(now: now)
         if listeners.pending.count > 0 { expireProxyHeaders(now: now) }
         if tls.pending.count > 0 { expireHandshakes(now: now) }

@@ -8,6 +8,24 @@ import RoomcastCore
 // (`Fanout.broadcast`); what goes to one connection alone (the 101 answer,
 // an HTTP refusal, pongs, pings, close frames) is `Fanout.unicast`.
 
+/// The schedule of the pings to every upgraded connection
+/// (`Server.pingWebSocketsIfDue`), carried over a restart per connection
+/// (`HandOverState.WebSocket.nextPingMs`).
+struct WebSocketPings {
+    /// When the next round is due, in ms.
+    var nextMs: UInt64 = 0
+
+    func isDue(nowMs: UInt64) -> Bool { nowMs >= nextMs }
+
+    /// The ms left until the next round (0: due), for the hand-over's record.
+    func remainingMs(nowMs: UInt64) -> UInt32 { UInt32(clamping: nextMs > nowMs ? nextMs - nowMs : 0) }
+
+    /// A restored connection was due for its ping at `dueMs`: the next
+    /// round comes no later (the earliest of the restored ones, a past
+    /// schedule replaced).
+    mutating func restore(dueMs: UInt64, nowMs: UInt64) { nextMs = nextMs > nowMs ? min(nextMs, dueMs) : dueMs }
+}
+
 extension Server {
     /// Handles `count` freshly read bytes in `scratch` from a WebSocket
     /// connection: the upgrade, then whole frames; the rest waits in the
@@ -215,8 +233,8 @@ extension Server {
     /// browsers answer pings, and a client silent for `[heartbeat] timeout`
     /// is closed (Heartbeats.swift).
     func pingWebSocketsIfDue(now: UInt64) {
-        guard now >= nextWebSocketPingMs, listeners.all.contains(where: { $0.dialect == .webSocket }) else { return }
-        nextWebSocketPingMs = now + config.webSocket.effectivePingIntervalMs(heartbeatTimeoutMs: config.heartbeat.timeoutMs)
+        guard webSocketPings.isDue(nowMs: now), listeners.all.contains(where: { $0.dialect == .webSocket }) else { return }
+        webSocketPings.nextMs = now + config.webSocket.effectivePingIntervalMs(heartbeatTimeoutMs: config.heartbeat.timeoutMs)
         let ping = WebSocketFrameEncoder.encode(.ping, payload: [])
         for id in table.ids where table.isOpen(id) && table.slots[id]!.webSocket?.isOpen == true {
             table.fanout.unicast(ping, to: id)
