@@ -144,6 +144,9 @@ private final class ClusterFeedObserver: RelayObserver {
         #expect(c("daemon stopping") == .stopping)
         #expect(c("restart: a TLS session cannot move to the next process") == .stopping)
         #expect(c("something new") == .other)
+        #expect(c(String(repeating: "x", count: 4096) + "reset") == .error && c("rese") == .other && c("") == .other)
+        #expect(DisconnectReason.has("abc", "") && DisconnectReason.has("abc", "abc") && !DisconnectReason.has("ab", "abc")
+                && DisconnectReason.has("héllo wörld", "wö") && !DisconnectReason.has("aab", "abb"))
         #expect(Set(DisconnectReason.allCases.map(\.label)).count == DisconnectReason.allCases.count)
     }
 }
