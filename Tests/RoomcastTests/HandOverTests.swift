@@ -309,6 +309,9 @@ struct HandOverTests {
         #expect(a.server.table.fanout.outboxes[w.id].pending > 20_000, "W owes more than its socket holds")
         a.server.beginHandOver()
         #expect(try a.tick(), "bytes owed: the flush begins instead of the hand-over")
+        // The loop sleeps while it waits for W (it spun: the hand-over's
+        // stop deadline of 0 made every epoll_wait return at once).
+        #expect(a.server.waitTimeout(now: clock.nowMs) > 0, "the flush waits in epoll_wait, it does not spin")
         // X sends during the flush: not read (it stays in the kernel for the next process).
         Self.send(x.peer, FrameCodec.encode(type: 100, body: [7], byteOrder: .little))
         var got: [UInt8] = []

@@ -18,6 +18,11 @@ struct StopState {
     /// whose own flush deadline applies: `Server.handOverFlushDeadline`).
     private(set) var deadlineMs: UInt64 = 0
 
+    /// The graceful stop's deadline, ms; nil when none is under way or a
+    /// hand-over is (its flush has a deadline of its own), so that a
+    /// hand-over's flush waits in epoll_wait instead of spinning.
+    var gracefulDeadlineMs: UInt64? { stopping && deadlineMs > 0 ? deadlineMs : nil }
+
     /// A graceful stop begins at `nowMs`, flushing for at most `drainMs`.
     /// - Returns: false when a stop or a hand-over is already under way.
     mutating func begin(nowMs: UInt64, drainMs: UInt64) -> Bool {

@@ -230,14 +230,16 @@ public final class Server {
     }
 
     /// Milliseconds until the earliest timer (at most `maxWaitMs`).
-    private func waitTimeout(now: UInt64) -> UInt64 {
+    /// How long the next epoll_wait may sleep, in ms: until the earliest
+    /// deadline of any subsystem, at most `maxWaitMs`.
+    func waitTimeout(now: UInt64) -> UInt64 {
         var deadline = min(status.deadline(clients: table.count), watch.nextSweepMs, viewerCounts.nextMs)
         if listeners.all.contains(where: { $0.dialect == .webSocket }) { deadline = min(deadline, webSocketPings.nextMs) }
         if let resume = listeners.pausedUntil { deadline = min(deadline, resume) }
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
         if tls.pending.count > 0, let due = tls.pending.nextDeadline() { deadline = min(deadline, due) }
         if !tls.readAgain.isEmpty { deadline = now }
-        if stop.stopping { deadline = min(deadline, stop.deadlineMs) }
+        if let end = stop.gracefulDeadlineMs { deadline = min(deadline, end) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
         if let expiry = auth.nextDeadline { deadline = min(deadline, expiry) }
