@@ -22,12 +22,16 @@ public enum FrameKind: Int, CaseIterable, Sendable {
     /// The kind of frame type `type` under the control codes of `[protocol]`
     /// (text 2 and gift 3 are fixed, §2).
     @inline(__always)
+    /// The text and gift types, fixed by docs/protocol.md §3 (not configurable).
+    public static let textType: UInt16 = 2
+    public static let giftType: UInt16 = 3
+
     public static func of(_ type: UInt16, join: UInt16, leave: UInt16, heartbeat: UInt16, notice: UInt16) -> FrameKind {
-        if type == 2 { return .text }
+        if type == textType { return .text }
         if type == join { return .join }
         if type == leave { return .leave }
         if type == heartbeat { return .heartbeat }
-        if type == 3 { return .gift }
+        if type == giftType { return .gift }
         if type == notice { return .notice }
         return .opaque
     }

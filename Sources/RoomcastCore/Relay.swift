@@ -163,6 +163,19 @@ public struct Relay {
         var violations = 0
     }
 
+    /// Frames received, by kind (`roomcast_frames_received_total`): every
+    /// frame `receive` takes, and each publish counted with `countReceived`.
+    /// Counted here, inside the access `receive` holds anyway: a counter in
+    /// the server's own state cost a run-time exclusivity check per frame.
+    public private(set) var receivedByKind = FrameKindCounts()
+
+    /// Counts one frame of `type` as received (an API publish, which does
+    /// not pass through `receive`).
+    public mutating func countReceived(_ type: UInt16) {
+        let s = settings
+        receivedByKind.add(FrameKind.of(type, join: s.joinType, leave: s.leaveType, heartbeat: s.heartbeatType, notice: s.noticeType))
+    }
+
     /// Whether `changed` collects the connections whose room or identity a
     /// frame changed (for the crash path's log); off by default.
     public var tracksChanges = false
@@ -330,6 +343,7 @@ public struct Relay {
         precondition(id < sessions.count && sessions[id].active, "frame from unknown connection \(id)")
         let body = UnsafeRawBufferPointer(rebasing: frame[FrameCodec.headerSize...])
         let s = settings
+        receivedByKind.add(FrameKind.of(type, join: s.joinType, leave: s.leaveType, heartbeat: s.heartbeatType, notice: s.noticeType))
         switch type {
         case s.heartbeatType:
             return .heartbeat

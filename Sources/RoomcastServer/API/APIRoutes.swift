@@ -201,7 +201,7 @@ extension Server {
         switch result {
         case .success(let n):
             status.framesIn &+= 1
-            status.framesByKind.add(FrameKind.of(type, join: s.joinType, leave: s.leaveType, heartbeat: s.heartbeatType, notice: s.noticeType))
+            relay.countReceived(type)
             response = .json("{\"delivered\": \(n)}")
         case .failure(let e):
             throw APIError(422, "bad_publish", "the frame would be refused: \(e)")

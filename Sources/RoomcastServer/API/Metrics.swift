@@ -18,7 +18,7 @@ extension Server {
                byDialect.keys.sorted().map { ("{dialect=\"\($0)\"}", byDialect[$0]!) })
         family("rooms", "gauge", "Rooms with at least one member here.", [("", UInt64(relay.roomCount))])
         family("frames_received_total", "counter", "Frames handed to the relay from clients (every dialect) and the API, by type.",
-               FrameKind.allCases.map { ("{type=\"\($0.label)\"}", status.framesByKind[$0]) })
+               FrameKind.allCases.map { ("{type=\"\($0.label)\"}", relay.receivedByKind[$0]) })
         family("frames_delivered_total", "counter", "Frames queued for a recipient, by type.",
                FrameKind.allCases.map { ("{type=\"\($0.label)\"}", table.fanout.deliveredByKind[$0]) })
         family("received_bytes_total", "counter", "Bytes read from clients (before TLS decryption).", [("", status.bytesIn)])

@@ -179,8 +179,6 @@ extension Server {
             logger.debug("ignoring unknown JSON command '\(clipForLog(cmd))'", ["CLIENT_ADDR": table.address(of: id)])
             return
         }
-        let p = config.protocol
-        status.framesByKind.add(FrameKind.of(type, join: p.joinType, leave: p.leaveType, heartbeat: p.heartbeatType, notice: p.noticeType))
         let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table.fanout) }
         if case .rejected = event { handleRejected(id, event, type: nil, now: now); return }
         if let pendingSession, case .joined = event { commitSession(id, pendingSession) }

@@ -291,8 +291,14 @@ final class Fanout: FrameSink {
     /// Appends `bytes` to the batch's region of `form`.
     /// - Returns: where they are in that region.
     private func store(_ bytes: UnsafeRawBufferPointer, _ form: BatchForm) -> Range<Int> {
-        let start = batches[form.rawValue].count
-        batches[form.rawValue].append(bytes)
+        Self.append(bytes, to: &batches[form.rawValue])
+    }
+
+    /// Appends to `region` under one access of `batches` (each access of an
+    /// Array stored in a class is checked for exclusivity at run time).
+    private static func append(_ bytes: UnsafeRawBufferPointer, to region: inout OutputQueue) -> Range<Int> {
+        let start = region.count
+        region.append(bytes)
         return start..<start + bytes.count
     }
 
@@ -314,10 +320,8 @@ final class Fanout: FrameSink {
     private func storeWebSocketFrame(_ opcode: WebSocketOpcode, _ payload: UnsafeRawBufferPointer, _ form: BatchForm) -> Range<Int> {
         var header: [UInt8] = []
         WebSocketFrameEncoder.appendHeader(opcode, payloadLength: payload.count, to: &header)
-        let start = batches[form.rawValue].count
-        header.withUnsafeBytes { batches[form.rawValue].append($0) }
-        batches[form.rawValue].append(payload)
-        return start..<batches[form.rawValue].count
+        let start = header.withUnsafeBytes { Self.append($0, to: &batches[form.rawValue]) }.lowerBound
+        return start..<Self.append(payload, to: &batches[form.rawValue]).upperBound
     }
 
     /// Queues `bytes` for `m` alone (an HTTP answer, a WebSocket control

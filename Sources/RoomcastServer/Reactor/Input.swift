@@ -202,9 +202,7 @@ extension Server {
             case .pass: break
             }
         }
-        let p = config.protocol
-        status.framesByKind.add(FrameKind.of(type, join: p.joinType, leave: p.leaveType, heartbeat: p.heartbeatType, notice: p.noticeType))
-        guard slowModeAllows(id, type: type, now: now) else { return }
+        if type == FrameKind.textType { guard slowModeAllows(id, type: type, now: now) else { return } }
         let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
         if case .rejected = event { handleRejected(id, event, type: type, now: now) }
         else {

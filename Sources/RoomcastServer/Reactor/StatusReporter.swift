@@ -31,8 +31,6 @@ struct StatusReporter {
 
     /// Complete frames read from clients (and published through the API).
     var framesIn: UInt64 = 0
-    /// Frames handed to the relay (from clients, in every dialect, and the API), by kind.
-    var framesByKind = FrameKindCounts()
     /// Bytes read from clients (every dialect, before TLS decryption: what recv(2) or SSL_read returned).
     var bytesIn: UInt64 = 0
     /// Client connections ended, by `DisconnectReason`.
