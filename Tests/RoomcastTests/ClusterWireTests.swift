@@ -227,7 +227,7 @@ final class RecordingObserver: RelayObserver {
         var out: [UInt8] = []
         ClusterEnvelope.encode(kind: .handingOver, origin: 42, stream: 0, seq: 1_500, room: RoomName(bytes: []), address: "",
                                frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &out)
-        #expect(out[1] == 4 && out.count == ClusterEnvelope.fixedSize)
+        #expect(out[1] == 5 && out.count == ClusterEnvelope.fixedSize)
         let view = try out.withUnsafeBytes { try ClusterEnvelope.decode($0).get() }
         #expect(view.kind == .handingOver && view.origin == 42 && view.seq == 1_500 && view.frame.isEmpty)
     }
