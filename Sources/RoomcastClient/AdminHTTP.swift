@@ -1,4 +1,5 @@
 import Glibc
+import RoomcastIO
 
 // AdminHTTP.swift: one request to the backend API and its answer, over TCP
 // or a Unix socket (`roomcast admin`): a blocking client with one deadline
@@ -120,21 +121,13 @@ public enum AdminHTTP {
             }
             r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
         case .tcp(let host, let port):
-            if host.contains(":") {
-                fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
-                var addr = sockaddr_in6()
-                addr.sin6_family = sa_family_t(AF_INET6)
-                addr.sin6_port = port.bigEndian
-                inet_pton(AF_INET6, host, &addr.sin6_addr)
-                r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
-            } else {
-                fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
-                var addr = sockaddr_in()
-                addr.sin_family = sa_family_t(AF_INET)
-                addr.sin_port = port.bigEndian
-                inet_pton(AF_INET, host, &addr.sin_addr)
-                r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            // RoomcastIO's resolver, as the cluster's Redis link uses: a host
+            // inet_pton cannot read is an error, not a connect to 0.0.0.0.
+            guard let a = try? SocketAddress.resolve(host: host, port: port).first else {
+                throw AdminTransportError(description: "\(host): not an address")
             }
+            fd = socket(a.family, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
+            r = fd < 0 ? -1 : a.bytes.withUnsafeBytes { Glibc.connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
         }
         guard fd >= 0 else { throw AdminTransportError(description: "socket: \(String(cString: strerror(errno)))") }
         if r != 0 && errno == EINPROGRESS {
