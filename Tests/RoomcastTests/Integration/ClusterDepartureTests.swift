@@ -57,7 +57,7 @@ struct ClusterDepartureTests {
         let leave = s.bob.receiveFrame(timeout: .seconds(4))
         let ms = monotonicMs() - started
         #expect(leave?.wire == Self.aliceLeave, "alice's leave, as for a local disconnect (after \(ms) ms)")
-        #expect(ms >= 450 && ms < 2_000, "within restart_grace (500 ms) and slack, far from cluster.timeout (10 s): \(ms) ms")
+        #expect(ms >= 450 && ms < 5_000, "within restart_grace (500 ms) and slack, far from cluster.timeout (10 s): \(ms) ms")
         print("hand-over, no next process: the other daemon's member got the leave \(ms) ms after it (restart_grace 500 ms)")
         #expect(s.other.stderr.line(with: ["handed its clients over", "within 500ms"]) != nil, "\(s.other.stderr.current.suffix(1500))")
         #expect(s.other.stderr.line(with: ["handed over and was not heard again within 500ms (stopped); 1 leave"]) != nil,
@@ -69,13 +69,16 @@ struct ClusterDepartureTests {
     @Test("a hand-over taken back within restart_grace (systemctl restart): no leave, no join again, for longer than cluster.timeout; then leaves work")
     func restartWithinTheGraceSendsNothing() throws {
         let redis = try RedisServer()
-        let s = try Self.setUp(redis, name: "restart", otherTimeout: "1s", a: "timeout = 1s\nrestart_grace = 1s\n")
+        // 3 s each, not 1 s: B heartbeats every 750 ms, so only a stall of
+        // the test process over 2 s (not one of 1 s on a loaded machine under
+        // ASan, as CI saw) makes the other daemon find A's origin silent.
+        let s = try Self.setUp(redis, name: "restart", otherTimeout: "3s", a: "timeout = 3s\nrestart_grace = 3s\n")
         try Self.handOver(s.a)
         let b = try HandOverTests.Node(s.sections, clock: s.a.clock, stored: s.a.notify.passed)
         let link = try #require(b.server.cluster)
         #expect(link.connected && link.origin == s.a.server.cluster!.origin)
         // Past restart_grace and cluster.timeout: B's heartbeats keep A's origin alive there.
-        ClusterHandOverTests.run(b, 2.5)
+        ClusterHandOverTests.run(b, 4)
         #expect(s.bob.receiveFrames(1, timeout: .milliseconds(300)).isEmpty, "no leave and no join again for alice")
         let back = s.other.stderr.line(with: ["is back", "ms after its hand-over"])
         #expect(back != nil, "\(s.other.stderr.current.suffix(1500))")

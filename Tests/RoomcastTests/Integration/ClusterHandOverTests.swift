@@ -93,12 +93,16 @@ struct ClusterHandOverTests {
     @Test("a restart carries the positions of the other daemons' frames: what they published during the gap counts as missed")
     func restartCountsTheGap() throws {
         let redis = try RedisServer()
-        let other = try clusterDaemon(redis, name: "gap")
+        // Generous cluster.timeout and restart_grace: this test is about the
+        // gap count, and A is ticked only now and then (no heartbeats between),
+        // so under a loaded machine (ASan, parallel suites) the short defaults
+        // made the other daemon send alice's leave mid-test.
+        let other = try clusterDaemon(redis, name: "gap", ["cluster.timeout": "30s"])
         let bob = try other.connect()
         let bu = Wire.user("bob", room: "r1")
         try bob.send(Wire.join(bu))
         #expect(bob.receiveFrame()?.wire == Wire.join(bu))
-        let sections = HandOverTests.config + "[cluster]\nredis = \(redis.address)\nname = gap\n"
+        let sections = HandOverTests.config + "[cluster]\nredis = \(redis.address)\nname = gap\ntimeout = 30s\nrestart_grace = 30s\n"
         let clock = HandOverTests.ManualClock()
         let a = try HandOverTests.Node(sections, clock: clock)
         Self.run(a, 5) { a.server.cluster?.connected == true }
