@@ -167,7 +167,7 @@ run: deps
 	@# The API (docs/api.md) on 127.0.0.1:9899 with a key made once for this checkout.
 	@[ -s .build/run-api.keys ] || { umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' > .build/run-api.keys; }
 	@echo "API: curl -H \"Authorization: Bearer \$$(cat .build/run-api.keys)\" http://127.0.0.1:9899/v1/stats"
-	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n\n[api]\nlisten = 127.0.0.1:9899\nkey_file = %s\n' "$(CURDIR)/web" "$(CURDIR)/.build/run-api.keys"; } > .build/run.conf
+	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n\n[api]\nlisten = 127.0.0.1:9899\nkey_file = %s\n\n[rooms]\nhistory = 50\n' "$(CURDIR)/web" "$(CURDIR)/.build/run-api.keys"; } > .build/run.conf
 	exec .build/release/roomcastd --config .build/run.conf --listen 127.0.0.1:9898
 
 # The unit-file, man-page and docs checks come first, so that the output closes on
