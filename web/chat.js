@@ -69,6 +69,16 @@
   function onMessage(event) {
     let m;
     try { m = JSON.parse(event.data); } catch (e) { return; }
+    if (m.cmd === "notice" && m.code === "viewers") {
+      // docs/protocol.md section 13: the room's count, folded per interval.
+      $("viewers").textContent = m.count + " watching";
+      return;
+    }
+    if (m.cmd === "notice" && m.code === "history") {
+      // docs/protocol.md section 4: the room's recent lines follow.
+      if (showing && m.count > 0) show("history", [["", "\u2014 the last " + m.count + " messages \u2014"]]);
+      return;
+    }
     if (m.cmd === "notice") {
       const wanted = m.code === "token_required" || m.code === "token_invalid" || m.code === "token_expired";
       $("token-label").classList.toggle("wanted", wanted);
