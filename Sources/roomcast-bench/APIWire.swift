@@ -8,8 +8,9 @@ import RoomcastCore
 /// One API connection's publish request, built once and stamped in place:
 /// the 16 hex digits of the sequence and of the CLOCK_MONOTONIC send time in
 /// the JSON `text`, and (`--idempotency`) the sequence again in the
-/// `Idempotency-Key` header, so that no two requests share a key (a repeated
-/// key is not relayed again, docs/api.md).
+/// `Idempotency-Key` header, beside the run's random id and the publisher, so
+/// that no two requests share a key, not even those of two runs against one
+/// daemon within 5 minutes (a repeated key is not relayed again, docs/api.md).
 ///
 /// The JSON is `{"type": "text", "user": {"name": "p", "level": 1, "icon": ""},
 /// "text": T}` with T the text of `Wire.bodyTemplate`: the daemon makes it the
@@ -26,8 +27,9 @@ struct APIPublishRequest {
     let keySequenceAt: Int?
 
     /// - Parameters: `wire` (text bodies only), the publisher's index, the
-    ///   room, the bearer key (api.key_file), whether to send `Idempotency-Key`.
-    init(wire: Wire, publisher: Int, room: String, key: String, idempotency: Bool) {
+    ///   room, the bearer key (api.key_file), whether to send `Idempotency-Key`,
+    ///   and the run's id (random: the keys' part that differs between runs).
+    init(wire: Wire, publisher: Int, room: String, key: String, idempotency: Bool, run: UInt64) {
         precondition(wire.body == .text, "API publishes carry text bodies")
         let body = wire.bodyTemplate(publisher: publisher)
         let message = try! ChatMessage(protobuf: body)
@@ -38,7 +40,7 @@ struct APIPublishRequest {
         head += "Authorization: Bearer \(key)\r\nContent-Type: application/json\r\n"
         var keyAt: Int?
         if idempotency {
-            let prefix = "Idempotency-Key: bench-\(hex(UInt64(publisher), digits: 8))-"
+            let prefix = "Idempotency-Key: bench-\(hex(run, digits: 16))-\(hex(UInt64(publisher), digits: 8))-"
             keyAt = head.utf8.count + prefix.utf8.count
             head += prefix + String(repeating: "0", count: 16) + "\r\n"
         }

@@ -77,6 +77,9 @@ final class Engine {
 
     // API publishers (`--api-port`): one request outstanding per connection.
     private let apiKey: String
+    /// This run's part of every Idempotency-Key: a daemon remembers keys for
+    /// 5 minutes, and a second run's keys must not be the first run's.
+    private let runID = UInt64.random(in: 1...UInt64.max)
     private var apiRequests: [APIPublishRequest] = []
     private var apiAddress = sockaddr_in()
     /// Whether publisher p's request awaits its answer, and when it was sent (ns).
@@ -191,7 +194,7 @@ final class Engine {
         conns[id].room = Int32(room)
         if role == .publisher && o.api {
             publisherIDs.append(id)
-            apiRequests.append(APIPublishRequest(wire: wire, publisher: index, room: o.room, key: apiKey, idempotency: o.idempotency))
+            apiRequests.append(APIPublishRequest(wire: wire, publisher: index, room: o.room, key: apiKey, idempotency: o.idempotency, run: runID))
         } else if role == .publisher {
             publisherIDs.append(id)
             let channel = o.room
