@@ -416,8 +416,9 @@ bench-plot:
 bench-profile:
 	bench/profile.sh
 
-# Publishes per second through the backend API into a room of 1,000 members,
-# one keep-alive connection and four (bench/publish.sh, under a minute plus the build).
+# Publishes per second through the backend API into a room of 1,000 members
+# (1 and 4 keep-alive connections) and of 50, beside the LTB fan-out of the same
+# daemon, all drained by roomcast-bench (bench/publish.sh, about 6 minutes plus the build).
 bench-publish:
 	bench/publish.sh
 
