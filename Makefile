@@ -88,7 +88,7 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PROMTOOL_DIR := $(CURDIR)/.build-deps/prometheus
 PROMTOOL     := $(PROMTOOL_DIR)/root/usr/bin/promtool
 
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP FuzzModerationWire
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 

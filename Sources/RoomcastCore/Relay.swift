@@ -179,6 +179,14 @@ public struct Relay {
     /// the server's own state cost a run-time exclusivity check per frame.
     public private(set) var receivedByKind = FrameKindCounts()
 
+    /// Frames refused, by reason (`roomcast_frames_refused_total`): each
+    /// violation the relay counts (its own checks and every `reject`), and
+    /// each refusal the server counts with `countRefused` (moderation's).
+    public private(set) var refusedByReason = FrameRefusalCounts()
+
+    /// Counts one frame refused outside the relay's violations (a ban, a mute, slow mode).
+    public mutating func countRefused(_ reason: FrameRefusal) { refusedByReason.add(reason) }
+
     /// Counts one frame of `type` as received (an API publish, which does
     /// not pass through `receive`).
     public mutating func countReceived(_ type: UInt16) {
@@ -405,6 +413,7 @@ public struct Relay {
 
     private mutating func violation(_ id: Int, _ reason: String, _ code: RejectionCode = .badFrame) -> RelayEvent {
         sessions[id].violations += 1
+        refusedByReason.add(FrameRefusal(code))
         let n = sessions[id].violations
         return .rejected(reason: reason, violations: n, disconnect: n >= settings.maxViolations, code: code)
     }

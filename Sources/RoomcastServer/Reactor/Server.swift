@@ -110,8 +110,6 @@ public final class Server {
     /// Bans, mutes and slow mode (Moderation/), and the last change's wall-clock stamp (ms).
     var moderation: ModerationBook
     var lastModerationStamp: Int64 = 0
-    /// Frames refused by a ban, a mute or slow mode.
-    var moderationRefusals: UInt64 = 0
     /// `[rooms] counts`: what each room was last told (Rooms/ViewerNotices.swift).
     var viewerCounts = ViewerCountSweep()
 
