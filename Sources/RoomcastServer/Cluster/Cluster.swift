@@ -142,9 +142,6 @@ final class ClusterLink: RelayObserver {
     /// Frames go out in envelope version 2, with their sender's sub: only
     /// while every daemon heard reads it (docs/protocol.md §12).
     var sendsSub: Bool { settledForSub && remote.legacyReaders == 0 }
-    /// Frames of other daemons dropped because their sub is muted or
-    /// banned in their room here (`moderatedRemote`, ClusterReplies.swift).
-    var moderatedDrops: UInt64 = 0
     /// The form last said in the log (`noteEnvelopeForm`).
     private var saidSendsSub = false
 

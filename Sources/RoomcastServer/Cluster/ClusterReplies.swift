@@ -115,8 +115,7 @@ extension ClusterLink {
         let order: ByteOrder = v.kind == .littleEndianFrame ? .little : .big
         track(v.frame, order: order, origin: v.origin, address: sender, sub: v.sub, room: room)
         if !v.sub.isEmpty && server.moderation.count > 0 && moderatedRemote(v.frame, order: order, from: v.origin, sub: v.sub, room: room) {
-            moderatedDrops &+= 1
-            return
+            return  // logged there
         }
         if v.kind == kind {
             server.deliverFromCluster(v.frame, room: room, address: sender)
