@@ -8,7 +8,10 @@
 /// (the join's UserInfo), the partial input frame (losing part of a frame
 /// would desynchronise the stream), and the rest of a frame the kernel took
 /// only part of (`torn`: the client must get it whole before anything
-/// else). Owed whole frames, violations and rate limits live only in
+/// else). A WebSocket connection's session (upgrading or upgraded,
+/// subprotocol, `/echo`) and its fragmented message in progress are kept
+/// too, the fragments appended per read (`webSocketFragment`), the 101
+/// answer as `torn` while it is owed. Owed whole frames, violations and rate limits live only in
 /// memory and are lost in a crash (a restart carries them, `HandOverState`).
 ///
 /// A partial input frame is logged as it grows: each read appends only its
