@@ -88,7 +88,7 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PROMTOOL_DIR := $(CURDIR)/.build-deps/prometheus
 PROMTOOL     := $(PROMTOOL_DIR)/root/usr/bin/promtool
 
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP FuzzModerationWire
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 
@@ -167,7 +167,7 @@ run: deps
 	@# The API (docs/api.md) on 127.0.0.1:9899 with a key made once for this checkout.
 	@[ -s .build/run-api.keys ] || { umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' > .build/run-api.keys; }
 	@echo "API: curl -H \"Authorization: Bearer \$$(cat .build/run-api.keys)\" http://127.0.0.1:9899/v1/stats"
-	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n\n[api]\nlisten = 127.0.0.1:9899\nkey_file = %s\n' "$(CURDIR)/web" "$(CURDIR)/.build/run-api.keys"; } > .build/run.conf
+	{ cat config/roomcastd.conf; printf '\n[websocket]\nlisten = 127.0.0.1:9897\npage = yes\npage_dir = %s\n\n[api]\nlisten = 127.0.0.1:9899\nkey_file = %s\n\n[rooms]\nhistory = 50\n' "$(CURDIR)/web" "$(CURDIR)/.build/run-api.keys"; } > .build/run.conf
 	exec .build/release/roomcastd --config .build/run.conf --listen 127.0.0.1:9898
 
 # The unit-file, man-page and docs checks come first, so that the output closes on
@@ -214,13 +214,16 @@ deps-browser:
 	fi
 
 # The chat page (web/) in headless Chromium driven by Selenium (Debian's python3-selenium,
-# hence /usr/bin/python3): two tabs and an LTB client converse, then a restart; the DOM, the
-# LTB frames and the tab's WebSocket frames are checked, and the screenshot is saved to
-# docs/images/browser-chat.png (tools/browser/test_browser.py; about 15 s).
+# hence /usr/bin/python3): two tabs and an LTB client converse under a fake PID 1 with an fd
+# store (tools/browser/fake_systemd.py), then two restarts that keep them (the page shows no
+# reconnect; messages sent before, during and after each arrive once, in order), then a stop
+# the page reconnects from; the DOM, the LTB frames and the tab's WebSocket frames are checked.
+# Screenshots: docs/images/browser-chat.png, docs/images/browser-restart.png (after the
+# restarts). tools/browser/test_browser.py; about 25 s.
 test-browser: deps-browser
 	$(SWIFT) build -c release --product roomcastd
 	/usr/bin/python3 tools/browser/test_browser.py --roomcastd .build/release/roomcastd --web web \
-	    --screenshot docs/images/browser-chat.png
+	    --screenshot docs/images/browser-chat.png --restart-screenshot docs/images/browser-restart.png
 
 # Autobahn|Testsuite 25.10.1 runs only on Python 2.7: pyenv's 2.7.18 (or AUTOBAHN_PYTHON), a
 # loud failure without it. The pinned suite is installed once into AUTOBAHN_CACHE (pip
@@ -413,8 +416,9 @@ bench-plot:
 bench-profile:
 	bench/profile.sh
 
-# Publishes per second through the backend API into a room of 1,000 members,
-# one keep-alive connection and four (bench/publish.sh, under a minute plus the build).
+# Publishes per second through the backend API into a room of 1,000 members
+# (1 and 4 keep-alive connections) and of 50, beside the LTB fan-out of the same
+# daemon, all drained by roomcast-bench (bench/publish.sh, about 6 minutes plus the build).
 bench-publish:
 	bench/publish.sh
 

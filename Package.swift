@@ -71,6 +71,7 @@ let package = Package(
         .executableTarget(name: "FuzzToken", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzToken"),
         .executableTarget(name: "FuzzProxyHeader", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProxyHeader"),
         .executableTarget(name: "FuzzHTTP", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzHTTP"),
+        .executableTarget(name: "FuzzModerationWire", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzModerationWire"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "RoomcastCrypto", "CShim", "COpenSSL"]),

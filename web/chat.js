@@ -17,6 +17,11 @@
   let socket = null;
   let me = null;            // {nickname, token} once the viewer has joined
   let reconnectTimer = 0;
+  // How many times the connection closed and the page set out to reconnect:
+  // #state's data-reconnects (docs/protocol.md section 15), for tests and
+  // for anyone looking at the page with the browser's inspector.
+  let reconnects = 0;
+  state.dataset.reconnects = "0";
 
   $("room-name").textContent = room ? "#" + room : "";
   document.title = room ? "roomcast #" + room : "roomcast";
@@ -64,6 +69,16 @@
   function onMessage(event) {
     let m;
     try { m = JSON.parse(event.data); } catch (e) { return; }
+    if (m.cmd === "notice" && m.code === "viewers") {
+      // docs/protocol.md section 13: the room's count, folded per interval.
+      $("viewers").textContent = m.count + " watching";
+      return;
+    }
+    if (m.cmd === "notice" && m.code === "history") {
+      // docs/protocol.md section 4: the room's recent lines follow.
+      if (showing && m.count > 0) show("history", [["", "\u2014 the last " + m.count + " messages \u2014"]]);
+      return;
+    }
     if (m.cmd === "notice") {
       const wanted = m.code === "token_required" || m.code === "token_invalid" || m.code === "token_expired";
       $("token-label").classList.toggle("wanted", wanted);
@@ -97,6 +112,8 @@
     ws.onclose = function (event) {
       if (socket !== ws) return;
       socket = null;
+      reconnects += 1;
+      state.dataset.reconnects = String(reconnects);
       const delay = Math.round(backoffMs * (0.5 + Math.random() / 2));
       backoffMs = Math.min(backoffMs * 2, backoffMaxMs);
       const why = event.code + (event.reason ? " " + event.reason : "");

@@ -111,24 +111,21 @@ public enum AdminHTTP {
     private static func connect(_ endpoint: AdminEndpoint, deadline: Int64) throws(AdminTransportError) -> Int32 {
         let fd: Int32
         var r: Int32
+        let address: SocketAddress
         switch endpoint {
         case .unix(let path):
-            fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
-            var addr = sockaddr_un()
-            addr.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-                for (i, b) in path.utf8.enumerated() where i < raw.count - 1 { raw[i] = b }
-            }
-            r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            guard let a = SocketAddress.unix(path: path) else { throw AdminTransportError(description: "unix:\(path): the path is too long") }
+            address = a
         case .tcp(let host, let port):
             // RoomcastIO's resolver, as the cluster's Redis link uses: a host
             // inet_pton cannot read is an error, not a connect to 0.0.0.0.
             guard let a = try? SocketAddress.resolve(host: host, port: port).first else {
                 throw AdminTransportError(description: "\(host): not an address")
             }
-            fd = socket(a.family, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
-            r = fd < 0 ? -1 : a.bytes.withUnsafeBytes { Glibc.connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+            address = a
         }
+        fd = socket(address.family, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0)
+        r = fd < 0 ? -1 : address.withSockaddr { Glibc.connect(fd, $0, $1) }
         guard fd >= 0 else { throw AdminTransportError(description: "socket: \(String(cString: strerror(errno)))") }
         if r != 0 && errno == EINPROGRESS {
             do { try wait(fd, Int16(POLLOUT), deadline: deadline) } catch { close(fd); throw error }

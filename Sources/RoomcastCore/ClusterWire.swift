@@ -36,7 +36,7 @@ public struct ClusterChannels: Sendable {
 
 /// The payload of every cluster message: one relayed frame, byte for byte
 /// as the origin relayed it, with what a receiver needs around it.
-/// Integers are little-endian:
+/// Integers are little-endian. Version 1 (what every daemon reads):
 ///
 ///     offset size
 ///     0      1    version (1)
@@ -54,11 +54,35 @@ public struct ClusterChannels: Sendable {
 ///     29     R    room name (UTF-8)
 ///     29+R   A    the address of the client the frame came from, as its daemon saw it
 ///                 (`203.0.113.7:51234`, `[2001:db8::1]:51234`); JSON clients get it as `addr`
-///     29+R+A      the frame: 6-byte header + body (nothing for a heartbeat)
+///     29+R+A      the frame: 6-byte header + body; for a heartbeat, the envelope
+///                 versions its origin reads, one byte each (empty: 1 only)
+///
+/// Version 2 is version 1 with the sender's verified `sub` (signed joins,
+/// docs/protocol.md §13) after the address: 2 bytes of sub length S at
+/// offset 29 (so the room starts at 31), then room, address, the S bytes
+/// of the sub (S = 0: no verified sub) and the frame. A version 1 decoder
+/// refuses it, so a daemon sends it only while every daemon it hears
+/// advertises version 2 in its heartbeat (docs/protocol.md §12).
 public struct ClusterEnvelope: Equatable, Sendable {
+    /// The form every daemon reads (and the one heartbeats, byes, counts
+    /// and hand-overs always use).
     public static let version: UInt8 = 1
-    /// Bytes before the room name.
+    /// The form that carries the sender's sub.
+    public static let versionWithSub: UInt8 = 2
+    /// Bytes before the room name (version 1).
     public static let fixedSize = 29
+    /// Bytes before the room name in version 2 (the sub's length added).
+    public static let fixedSizeWithSub = 31
+    /// What this daemon's heartbeats carry in place of a frame: the
+    /// versions it reads, one byte each.
+    public static let readableVersions: [UInt8] = [version, versionWithSub]
+
+    /// Whether a daemon whose heartbeat carried `advert` (its frame bytes)
+    /// reads envelopes of `version`: every daemon reads version 1; a
+    /// heartbeat with no bytes is one of a daemon that reads only that.
+    public static func reads(_ version: UInt8, advert: UnsafeRawBufferPointer) -> Bool {
+        version == Self.version || advert.contains(version)
+    }
 
     public enum Kind: UInt8, Sendable {
         case heartbeat = 0
@@ -84,7 +108,11 @@ public struct ClusterEnvelope: Equatable, Sendable {
         public var seq: UInt64
         public var room: UnsafeRawBufferPointer
         public var address: UnsafeRawBufferPointer
+        /// The sender's verified sub (empty: none, or a version 1 envelope).
+        public var sub: UnsafeRawBufferPointer
         public var frame: UnsafeRawBufferPointer
+        /// 1 or 2.
+        public var version: UInt8
     }
 
     /// Why a payload is not an envelope this daemon can use.
@@ -97,37 +125,54 @@ public struct ClusterEnvelope: Equatable, Sendable {
     }
 
     /// Appends the envelope of `frame` to `out` (emptied first, capacity
-    /// kept). Not generic: it is on the publish path of every frame, and an
-    /// unspecialized generic append from another module goes byte by byte.
-    /// An address over 255 bytes (never, for a numeric one) is cut.
+    /// kept), in version 1 (`sub` nil) or version 2 carrying `sub` (empty:
+    /// the sender has no verified sub). Not generic: it is on the publish
+    /// path of every frame, and an unspecialized generic append from
+    /// another module goes byte by byte. An address over 255 bytes (never,
+    /// for a numeric one) is cut; so is a sub over 65535 bytes (never: a
+    /// token is at most a few KiB).
     public static func encode(kind: Kind, origin: UInt64, stream: UInt64, seq: UInt64, room: RoomName,
-                              address: String, frame: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+                              address: String, sub: String? = nil, frame: UnsafeRawBufferPointer, into out: inout [UInt8]) {
         let roomLength = room.bytes.count, addressLength = min(address.utf8.count, Int(UInt8.max))
         precondition(roomLength <= Int(UInt16.max))
         out.removeAll(keepingCapacity: true)
-        out.append(version)
+        out.append(sub == nil ? version : versionWithSub)
         out.append(kind.rawValue)
         withUnsafeBytes(of: UInt16(roomLength).littleEndian) { out.append(contentsOf: $0) }
         out.append(UInt8(addressLength))
         withUnsafeBytes(of: origin.littleEndian) { out.append(contentsOf: $0) }
         withUnsafeBytes(of: stream.littleEndian) { out.append(contentsOf: $0) }
         withUnsafeBytes(of: seq.littleEndian) { out.append(contentsOf: $0) }
+        var subLength = 0
+        if let sub {
+            subLength = min(sub.utf8.count, Int(UInt16.max))
+            withUnsafeBytes(of: UInt16(subLength).littleEndian) { out.append(contentsOf: $0) }
+        }
         out.append(contentsOf: room.bytes)
         out.append(contentsOf: address.utf8.prefix(addressLength))
+        if let sub, subLength > 0 { out.append(contentsOf: sub.utf8.prefix(subLength)) }
         out.append(contentsOf: frame)
     }
 
-    /// Reads an envelope without copying. A frame's 6-byte header must
-    /// announce exactly the bytes that follow it (in the byte order `kind` names).
+    /// Reads an envelope of version 1 or 2 without copying. A frame's
+    /// 6-byte header must announce exactly the bytes that follow it (in
+    /// the byte order `kind` names).
     public static func decode(_ p: UnsafeRawBufferPointer) -> Result<View, DecodeError> {
         guard p.count >= fixedSize else { return .failure(.tooShort) }
-        guard p[0] == version else { return .failure(.unknownVersion(p[0])) }
+        let v = p[0]
+        guard v == version || v == versionWithSub else { return .failure(.unknownVersion(v)) }
         guard let kind = Kind(rawValue: p[1]) else { return .failure(.unknownKind(p[1])) }
         let roomLength = Int(UInt16(littleEndian: p.loadUnaligned(fromByteOffset: 2, as: UInt16.self)))
         let addressLength = Int(p[4])
-        let roomStart = fixedSize
+        var roomStart = fixedSize, subLength = 0
+        if v == versionWithSub {
+            guard p.count >= fixedSizeWithSub else { return .failure(.tooShort) }
+            subLength = Int(UInt16(littleEndian: p.loadUnaligned(fromByteOffset: fixedSize, as: UInt16.self)))
+            roomStart = fixedSizeWithSub
+        }
         let addressStart = roomStart + roomLength
-        let frameStart = addressStart + addressLength
+        let subStart = addressStart + addressLength
+        let frameStart = subStart + subLength
         guard p.count >= frameStart else { return .failure(.tooShort) }
         let frame = UnsafeRawBufferPointer(rebasing: p[frameStart...])
         switch kind {
@@ -143,8 +188,9 @@ public struct ClusterEnvelope: Equatable, Sendable {
                              stream: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 13, as: UInt64.self)),
                              seq: UInt64(littleEndian: p.loadUnaligned(fromByteOffset: 21, as: UInt64.self)),
                              room: UnsafeRawBufferPointer(rebasing: p[roomStart..<addressStart]),
-                             address: UnsafeRawBufferPointer(rebasing: p[addressStart..<frameStart]),
-                             frame: frame))
+                             address: UnsafeRawBufferPointer(rebasing: p[addressStart..<subStart]),
+                             sub: UnsafeRawBufferPointer(rebasing: p[subStart..<frameStart]),
+                             frame: frame, version: v))
     }
 
     /// The frame's header rewritten into `byteOrder` (same type and length):

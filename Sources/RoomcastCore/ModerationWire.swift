@@ -89,25 +89,35 @@ public enum ModerationRecord: Equatable, Sendable {
         }
     }
 
+    /// Slow mode's interval when on, in s (docs/api.md "Moderation"; 0 is off).
+    public static let slowModeRange = 3...120
+    /// A reason's length at most, in bytes (docs/api.md "Moderation").
+    public static let maxReasonBytes = 512
+
     /// Decodes a field and its value; nil when either is not ours (the
     /// field names an unknown kind, a part is not percent-encoded text, a
-    /// number is not one). A reason that is not UTF-8 is decoded with
+    /// number is not one) or is outside what the API writes (docs/api.md
+    /// "Moderation"): a slow mode other than 0 or 3 ... 120 s, a time
+    /// before the epoch, a reason over `maxReasonBytes`. The daemon's
+    /// arithmetic relies on those bounds (a slow mode of 2^63 s overflowed
+    /// its interval in ms). A reason that is not UTF-8 is decoded with
     /// replacement characters.
     public init?(field: some Collection<UInt8>, value: some Collection<UInt8>) {
         let v = value.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
         switch ModerationField(field) {
         case .settings(let room)?:
-            guard v.count == 2, let seconds = Int(String(decoding: v[0], as: UTF8.self)), seconds >= 0,
-                  let set = Int64(String(decoding: v[1], as: UTF8.self)) else { return nil }
+            guard v.count == 2, let seconds = Int(String(decoding: v[0], as: UTF8.self)),
+                  seconds == 0 || Self.slowModeRange.contains(seconds),
+                  let set = Int64(String(decoding: v[1], as: UTF8.self)), set >= 0 else { return nil }
             self = .settings(room, slowModeSeconds: seconds, setMs: set)
         case .entry(let key)?:
-            guard v.count == 3, let until = Int64(String(decoding: v[0], as: UTF8.self)),
-                  let set = Int64(String(decoding: v[1], as: UTF8.self)) else { return nil }
+            guard v.count == 3, let until = Int64(String(decoding: v[0], as: UTF8.self)), until >= 0,
+                  let set = Int64(String(decoding: v[1], as: UTF8.self)), set >= 0 else { return nil }
             if v[2].elementsEqual("!".utf8) {
                 self = .removed(key, untilMs: until, setMs: set)
                 return
             }
-            guard let reason = percentDecoded(v[2]) else { return nil }
+            guard let reason = percentDecoded(v[2]), reason.count <= Self.maxReasonBytes else { return nil }
             self = .entry(key, untilMs: until, setMs: set, reason: String(decoding: reason, as: UTF8.self))
         case nil:
             return nil
@@ -120,7 +130,11 @@ public enum ModerationField: Equatable, Sendable {
     case entry(ModerationKey)
     case settings(RoomName)
 
-    /// Decodes `ban:ROOM:SUB`, `mute:ROOM:SUB` or `settings:ROOM`; nil when it is none of them.
+    /// A sub's length at most, in bytes (docs/api.md "Moderation").
+    public static let maxSubBytes = 1024
+
+    /// Decodes `ban:ROOM:SUB`, `mute:ROOM:SUB` or `settings:ROOM`; nil when
+    /// it is none of them, or its sub is over `maxSubBytes`.
     public init?(_ field: some Collection<UInt8>) {
         let f = field.split(separator: UInt8(ascii: ":"), omittingEmptySubsequences: false)
         guard let head = f.first.map({ String(decoding: $0, as: UTF8.self) }) else { return nil }
@@ -130,7 +144,7 @@ public enum ModerationField: Equatable, Sendable {
             return
         }
         guard let kind = ModerationKind(rawValue: head), f.count == 3, let room = percentDecoded(f[1]), !room.isEmpty,
-              let sub = percentDecoded(f[2]), !sub.isEmpty else { return nil }
+              let sub = percentDecoded(f[2]), !sub.isEmpty, sub.count <= Self.maxSubBytes else { return nil }
         self = .entry(ModerationKey(kind, room: RoomName(bytes: room), sub: sub))
     }
 }

@@ -56,6 +56,13 @@ public struct RelaySettings: Equatable, Sendable {
     /// reach the room and the observer (§4). False: a join goes back to its
     /// sender only (with `echo`), a leave (sent or synthesized) nowhere.
     public var announceJoins = true
+    /// `[rooms] history`: the text and gift frames each room keeps for the
+    /// members who join it later (§4, "Recent lines on join"); 0: none, and
+    /// no notice `history`.
+    public var historyFrames = 0
+    /// `[rooms] history_bytes`: the most a room's history holds, in bytes
+    /// of whole frames (headers included).
+    public var historyBytes = 262_144
 
     public init(byteOrder: ByteOrder = .little, joinType: UInt16 = 0, leaveType: UInt16 = 1, heartbeatType: UInt16 = 8,
                 echo: Bool = true, validate: Bool = true, maxViolations: Int = 3, defaultRoom: String = "lobby",
@@ -81,6 +88,7 @@ public struct RelaySettings: Equatable, Sendable {
             && a.echo == b.echo && a.validate == b.validate && a.maxViolations == b.maxViolations
             && sameBytes(a.defaultRoom, b.defaultRoom) && a.maxRoomBytes == b.maxRoomBytes
             && a.noticeType == b.noticeType && a.admitsToDefaultRoom == b.admitsToDefaultRoom && a.announceJoins == b.announceJoins
+            && a.historyFrames == b.historyFrames && a.historyBytes == b.historyBytes
     }
 }
 
@@ -152,6 +160,8 @@ public struct Relay {
     private struct Room {
         var name: RoomName
         var members: [Int] = []
+        /// Its recent text and gift frames (empty unless `historyFrames` > 0).
+        var history = RoomHistory()
     }
 
     private struct Session {
@@ -168,6 +178,14 @@ public struct Relay {
     /// Counted here, inside the access `receive` holds anyway: a counter in
     /// the server's own state cost a run-time exclusivity check per frame.
     public private(set) var receivedByKind = FrameKindCounts()
+
+    /// Frames refused, by reason (`roomcast_frames_refused_total`): each
+    /// violation the relay counts (its own checks and every `reject`), and
+    /// each refusal the server counts with `countRefused` (moderation's).
+    public private(set) var refusedByReason = FrameRefusalCounts()
+
+    /// Counts one frame refused outside the relay's violations (a ban, a mute, slow mode).
+    public mutating func countRefused(_ reason: FrameRefusal) { refusedByReason.add(reason) }
 
     /// Counts one frame of `type` as received (an API publish, which does
     /// not pass through `receive`).
@@ -201,6 +219,14 @@ public struct Relay {
     /// default room applies to connections accepted from now on.
     public mutating func reconfigure(_ settings: RelaySettings) {
         self.settings = settings
+        for r in roomIndex.values where rooms[r].history.count > 0 {
+            rooms[r].history.trim(maxFrames: settings.historyFrames, maxBytes: settings.historyBytes)
+        }
+    }
+
+    /// The recent frames of `room`, oldest first (empty when it has none).
+    public func history(of room: RoomName) -> ArraySlice<[UInt8]> {
+        roomIndex[room].map { rooms[$0].history.all } ?? []
     }
 
     /// Number of rooms with at least one member.
@@ -232,7 +258,7 @@ public struct Relay {
     /// relayed exactly as a member's frame, and the observer told (the
     /// cluster publishes it), with sender -1 (no member sent it).
     /// - Returns: the recipients here, or the reason the body was refused.
-    public func publish(_ frame: UnsafeRawBufferPointer, type: UInt16, toRoom room: RoomName, sink: some FrameSink) -> Result<Int, ProtoError> {
+    public mutating func publish(_ frame: UnsafeRawBufferPointer, type: UInt16, toRoom room: RoomName, sink: some FrameSink) -> Result<Int, ProtoError> {
         let body = UnsafeRawBufferPointer(rebasing: frame[FrameCodec.headerSize...])
         if settings.validate {
             do {
@@ -243,6 +269,7 @@ public struct Relay {
         var n = 0
         if let r = roomIndex[room], !rooms[r].members.isEmpty {
             n = sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
+            remember(frame, type: type, room: r)
         }
         observer?.relayed(frame, room: room, from: -1)
         return .success(n)
@@ -368,6 +395,7 @@ public struct Relay {
         }
         let r = sessions[id].room
         guard r >= 0 else { return .relayed(recipients: 0) }
+        if s.historyFrames > 0 { remember(frame, type: type, room: r) }
         return .relayed(recipients: broadcast(frame, room: r, from: id, sink: sink))
     }
 
@@ -385,6 +413,7 @@ public struct Relay {
 
     private mutating func violation(_ id: Int, _ reason: String, _ code: RejectionCode = .badFrame) -> RelayEvent {
         sessions[id].violations += 1
+        refusedByReason.add(FrameRefusal(code))
         let n = sessions[id].violations
         return .rejected(reason: reason, violations: n, disconnect: n >= settings.maxViolations, code: code)
     }
@@ -413,7 +442,12 @@ public struct Relay {
         let relayedBody = info == nil || info?.token != nil ? UserInfo.removingToken(body) : nil
         let current = sessions[id].room
         // Byte for byte: NFC and NFD spellings of a name are two rooms (§3).
-        if current < 0 || rooms[current].name != target {
+        let entered = current < 0 || rooms[current].name != target
+        // A join into a room the client is not a joined member of hears the
+        // room's recent lines (§4): a move, or the first join (a connection
+        // sits in the default room from its accept on, unjoined).
+        let replays = entered || sessions[id].identity == nil
+        if entered {
             // A joined client moving rooms says goodbye to the old one (§4).
             if let identity = sessions[id].identity, let old = exit(id) {
                 _ = announceLeave(identity, of: id, room: old, sink: sink)
@@ -432,6 +466,7 @@ public struct Relay {
         } else {
             recipients = announce(frame, room: r, from: id, sink: sink)
         }
+        if replays { replayHistory(to: id, room: r, sink: sink) }
         return .joined(name: sessions[id].name, room: target.string, recipients: recipients)
     }
 
@@ -446,9 +481,34 @@ public struct Relay {
     /// member here, byte for byte. No member here is its sender, so echo
     /// rules do not apply, and the observer is not told (it came from there).
     /// - Returns: how many connections it was queued for.
-    public func deliver(_ frame: UnsafeRawBufferPointer, toRoom room: RoomName, sink: some FrameSink) -> Int {
+    public mutating func deliver(_ frame: UnsafeRawBufferPointer, toRoom room: RoomName, sink: some FrameSink) -> Int {
         guard let r = roomIndex[room], !rooms[r].members.isEmpty else { return 0 }
+        if settings.historyFrames > 0, case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: settings.byteOrder, maxFrameBytes: Int.max) {
+            remember(frame, type: type, room: r)
+        }
         return sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
+    }
+
+    /// Keeps a text or gift frame relayed to room `r` in its history (§4).
+    private mutating func remember(_ frame: UnsafeRawBufferPointer, type: UInt16, room r: Int) {
+        let s = settings
+        guard s.historyFrames > 0, type == s.textType || type == s.giftType else { return }
+        rooms[r].history.append(frame, maxFrames: s.historyFrames, maxBytes: s.historyBytes)
+    }
+
+    /// A member that just entered room `r`: the notice `history` with the
+    /// number of frames that follow (0 when the room has none), then the
+    /// room's recent frames, oldest first, to `id` alone (§4).
+    private func replayHistory(to id: Int, room r: Int, sink: some FrameSink) {
+        let s = settings
+        guard s.historyFrames > 0, rooms.indices.contains(r) else { return }
+        let held = rooms[r].history.all
+        let notice = FrameCodec.encode(type: s.noticeType, body: Notice(code: "history", count: Int64(held.count)).serialized(),
+                                       byteOrder: s.byteOrder)
+        _ = notice.withUnsafeBytes { sink.broadcast($0, from: -1, to: [id], except: -1) }
+        for frame in held {
+            _ = frame.withUnsafeBytes { sink.broadcast($0, from: -1, to: [id], except: -1) }
+        }
     }
 
     /// A join `id` sent: to the room (`announce_joins`), or else
@@ -517,5 +577,7 @@ extension RelaySettings {
                   maxRoomBytes: config.protocol.maxRoomBytes, noticeType: config.protocol.noticeType,
                   admitsToDefaultRoom: !(config.auth.required && config.auth.anonymous == .none))
         announceJoins = config.rooms.announceJoins
+        historyFrames = config.rooms.history
+        historyBytes = config.rooms.historyBytes
     }
 }

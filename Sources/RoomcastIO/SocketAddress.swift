@@ -1,9 +1,9 @@
 import Glibc
 
-/// A resolved IPv4 or IPv6 socket address (the bytes of a `sockaddr_in` or
-/// `sockaddr_in6`), as getaddrinfo(3) returns it.
+/// A socket address: the bytes of a `sockaddr_in` or `sockaddr_in6` (as
+/// getaddrinfo(3) returns it), or of a `sockaddr_un` (`unix(path:)`).
 package struct SocketAddress: Equatable, Sendable {
-    /// `AF_INET` or `AF_INET6`.
+    /// `AF_INET`, `AF_INET6` or `AF_UNIX`.
     package var family: Int32
     package var bytes: [UInt8]
 
@@ -42,6 +42,27 @@ package struct SocketAddress: Equatable, Sendable {
     }
 }
 
+extension SocketAddress {
+    /// The Unix-domain address of `path` (unix(7)): a file system path, or
+    /// an abstract name written with a leading `@` (its first byte becomes
+    /// NUL). The bytes are the family and the path with its terminating NUL
+    /// (none for an abstract name), the length bind(2) and connect(2) take.
+    /// - Returns: nil when the path does not fit `sun_path` (108 bytes with
+    ///   the NUL; an abstract name 108 without) or is empty.
+    package static func unix(path: String) -> SocketAddress? {
+        var name = Array(path.utf8)
+        guard let first = name.first else { return nil }
+        let abstract = first == UInt8(ascii: "@")
+        if abstract { name[0] = 0 } else { name.append(0) }
+        var un = sockaddr_un()
+        guard name.count <= MemoryLayout.size(ofValue: un.sun_path) else { return nil }
+        un.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &un.sun_path) { $0.copyBytes(from: name) }
+        let length = MemoryLayout<sa_family_t>.size + name.count
+        return SocketAddress(family: AF_UNIX, bytes: withUnsafeBytes(of: &un) { Array($0.prefix(length)) })
+    }
+}
+
 /// getaddrinfo(3) failed; `message` is gai_strerror(3)'s text.
 package struct ResolveError: Error, Equatable {
     package var message: String
@@ -69,9 +90,15 @@ extension SocketAddress {
     }
 
     /// `1.2.3.4:P` or `[::1]:P`; an IPv4-mapped IPv6 address (a dual-stack
-    /// socket's IPv4 peer) is shown as plain IPv4.
+    /// socket's IPv4 peer) is shown as plain IPv4; a Unix-domain one as
+    /// `unix:PATH` (`unix:@NAME` when abstract).
     package var text: String {
-        bytes.withUnsafeBytes { raw -> String in
+        if family == AF_UNIX {
+            var name = Array(bytes.dropFirst(MemoryLayout<sa_family_t>.size))
+            if name.first == 0 { name[0] = UInt8(ascii: "@") } else if name.last == 0 { name.removeLast() }
+            return "unix:" + String(decoding: name, as: UTF8.self)
+        }
+        return bytes.withUnsafeBytes { raw -> String in
             func ntop(_ family: Int32, _ addr: UnsafeRawPointer) -> String {
                 withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(INET6_ADDRSTRLEN) + 1) { buf in
                     guard let p = inet_ntop(family, addr, buf.baseAddress, socklen_t(buf.count)) else { return "?" }

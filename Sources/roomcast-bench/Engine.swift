@@ -75,6 +75,25 @@ final class Engine {
     /// Recipients of each data frame (members of the main room).
     var recipients: Int32 = 0
 
+    // API publishers (`--api-port`): one request outstanding per connection.
+    private let apiKey: String
+    /// This run's part of every Idempotency-Key: a daemon remembers keys for
+    /// 5 minutes, and a second run's keys must not be the first run's.
+    private let runID = UInt64.random(in: 1...UInt64.max)
+    private var apiRequests: [APIPublishRequest] = []
+    private var apiAddress = sockaddr_in()
+    /// Whether publisher p's request awaits its answer, and when it was sent (ns).
+    private let awaiting: UnsafeMutablePointer<Bool>
+    private let requestSentNs: UnsafeMutablePointer<UInt64>
+    /// Publishes answered 200 (all, and while measuring), answered otherwise.
+    private(set) var apiOK: UInt64 = 0
+    private(set) var measuredPublishes: UInt64 = 0
+    private(set) var apiErrors: UInt64 = 0
+    /// 200 answers whose `{"delivered": N}` was not the room's members.
+    private(set) var deliveredMismatch: UInt64 = 0
+    /// Request latency: the request's send to its whole answer (measured requests).
+    var requestHist = Histogram()
+
     // Connecting.
     private var launchNext = 0
     private var launchLimit = 0
@@ -126,8 +145,10 @@ final class Engine {
     private(set) var heartbeatsSent: UInt64 = 0
     private var lastPeriodicNs: UInt64 = 0
 
-    init(_ o: Options, capacity: Int) {
+    /// - Parameters: `apiKey`, the bearer key of the `--api-port` publishers.
+    init(_ o: Options, capacity: Int, apiKey: String = "") {
         self.o = o
+        self.apiKey = apiKey
         self.wire = Wire(o)
         self.capacity = capacity
         epfd = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -146,6 +167,8 @@ final class Engine {
         ring = .allocate(capacity: p * ringSize); ring.initialize(repeating: 0, count: p * ringSize)
         let members = o.publishers > 0 ? max(1, capacity) * p : 1
         nextExpected = .allocate(capacity: members); nextExpected.initialize(repeating: 0, count: members)
+        awaiting = .allocate(capacity: p); awaiting.initialize(repeating: false, count: p)
+        requestSentNs = .allocate(capacity: p); requestSentNs.initialize(repeating: 0, count: p)
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = o.port.bigEndian
         guard inet_pton(AF_INET, o.host, &address.sin_addr) == 1 else { fatal("bad IPv4 address '\(o.host)'") }
@@ -154,6 +177,8 @@ final class Engine {
             a.sin_port = port.bigEndian
             return a
         }
+        apiAddress = address
+        apiAddress.sin_port = (o.apiPort ?? o.port).bigEndian
     }
 
     // MARK: - Connections
@@ -167,7 +192,10 @@ final class Engine {
         conns[id].role = role
         conns[id].index = Int32(index)
         conns[id].room = Int32(room)
-        if role == .publisher {
+        if role == .publisher && o.api {
+            publisherIDs.append(id)
+            apiRequests.append(APIPublishRequest(wire: wire, publisher: index, room: o.room, key: apiKey, idempotency: o.idempotency, run: runID))
+        } else if role == .publisher {
             publisherIDs.append(id)
             let channel = o.room
             let (bytes, at) = wire.dataTemplate(publisher: index, channel: channel)
@@ -210,7 +238,7 @@ final class Engine {
             var size = Int32(clamping: o.receiveBuffer)
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         }
-        var target = conns[id].role == .publisher ? addresses[0] : addresses[id % addresses.count]
+        var target = conns[id].role == .publisher ? (o.api ? apiAddress : addresses[0]) : addresses[id % addresses.count]
         if conns[id].role == .member, let port = o.webSocketPort {
             target.sin_port = port.bigEndian
             conns[id].webSocket = .upgrading
@@ -295,6 +323,8 @@ final class Engine {
             flush(id)
             return
         }
+        // An API publisher is no member: it joins nothing, and sends its first request in sendDue.
+        if c.pointee.role == .publisher && o.api { return }
         sendHello(id)
     }
 
@@ -537,6 +567,7 @@ final class Engine {
         let now = monotonicNs()
         let used: Int
         switch (o.target, c.pointee.webSocket) {
+        case (.roomcast, .none) where o.api && c.pointee.role == .publisher: used = parseAnswers(id, have, now: now)
         case (.roomcast, .none): used = parseLTB(id, have, now: now)
         case (.roomcast, _): used = parseWebSocket(id, have, now: now)
         case (.redis, _): used = parseRESP(id, have, now: now)
@@ -583,6 +614,46 @@ final class Engine {
         } else {
             otherFrames &+= 1
         }
+    }
+
+    /// An API publisher's answers (HTTP/1.1, one per request): a 200 counts
+    /// one publish, its latency, and whether `delivered` was every member;
+    /// anything else is an error. Either way the next request may go.
+    private func parseAnswers(_ id: Int, _ have: Int, now: UInt64) -> Int {
+        let p = Int(conns[id].index)
+        var off = 0
+        while off < have {
+            let answer = HTTPAnswer.parse(UnsafeRawBufferPointer(start: scratch + off, count: have - off))
+            switch answer {
+            case .incomplete:
+                return off
+            case .malformed(let why):
+                serverClosed(id, "the API's answer: \(why)")
+                return have
+            case .answer(let status, let bodyAt, let bodyLength, let end):
+                guard awaiting[p] else {
+                    serverClosed(id, "the API answered a request that was not sent")
+                    return have
+                }
+                awaiting[p] = false
+                let body = UnsafeRawBufferPointer(start: scratch + off + bodyAt, count: bodyLength)
+                if status == 200 {
+                    apiOK &+= 1
+                    if deliveredCount(body) != Int(recipients) { deliveredMismatch &+= 1 }
+                    if measuring {
+                        measuredPublishes &+= 1
+                        requestHist.record(now &- requestSentNs[p])
+                    }
+                } else {
+                    apiErrors &+= 1
+                    if firstError == nil {
+                        firstError = "publish answered \(status): \(String(decoding: body.prefix(200), as: UTF8.self))"
+                    }
+                }
+                off += end
+            }
+        }
+        return off
     }
 
     /// A WebSocket member: first the 101 answer to its upgrade, then whole server
@@ -760,7 +831,7 @@ final class Engine {
             hist.record(v)
             if inStorm { stormHist.record(v) }
         }
-        guard o.closedLoop, pub >= 0, pub < o.publishers else { return }
+        guard o.closedLoop, !o.api, pub >= 0, pub < o.publishers else { return }
         let base = pub * ringSize
         let slot = Int(seq % UInt64(ringSize))
         ring[base + slot] &+= 1
@@ -789,12 +860,25 @@ final class Engine {
     /// Frames not yet delivered to every member (closed loop).
     var outstanding: UInt64 {
         var n: UInt64 = 0
+        if o.api {
+            for p in 0..<o.publishers where awaiting[p] { n += 1 }
+            return n
+        }
         for p in 0..<o.publishers { n += nextSeq[p] - oldest[p] }
         return n
     }
 
     private func sendDue() {
         let now = monotonicNs()
+        if o.api {
+            for p in 0..<o.publishers where !awaiting[p] && nextSeq[p] < framesLimit {
+                let id = publisherIDs[p]
+                guard conns[id].state == .open else { continue }
+                writeRequest(p, id, now: now)
+                flush(id)
+            }
+            return
+        }
         if let rate = o.rate {
             let due = UInt64(Double(now &- rateStartNs) * rate / 1e9)
             if due <= rateSent { return }
@@ -840,6 +924,21 @@ final class Engine {
         }
     }
 
+    /// Publisher p's next request, its sequence and send time stamped in.
+    private func writeRequest(_ p: Int, _ id: Int, now: UInt64) {
+        let seq = nextSeq[p]
+        nextSeq[p] = seq + 1
+        framesSent &+= 1
+        awaiting[p] = true
+        requestSentNs[p] = now
+        let r = apiRequests[p]
+        let dst = reserve(id, r.bytes.count)
+        r.bytes.withUnsafeBytes { dst.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        storeHex(seq, digits: 16, at: dst + r.sequenceAt)
+        storeHex(now, digits: 16, at: dst + r.timeAt)
+        if let k = r.keySequenceAt { storeHex(seq, digits: 16, at: dst + k) }
+    }
+
     // MARK: - Heartbeats
 
     func startHeartbeats() {
@@ -858,7 +957,9 @@ final class Engine {
             let id = heartbeatCursor
             heartbeatCursor = (heartbeatCursor + 1) % count
             // A WebSocket member sends nothing between its upgrade and the 101 answer.
-            guard conns[id].state == .open, conns[id].webSocket != .upgrading else { continue }
+            // An API connection speaks HTTP: its requests keep it open.
+            guard conns[id].state == .open, conns[id].webSocket != .upgrading,
+                  !(o.api && conns[id].role == .publisher) else { continue }
             heartbeatsSent += 1
             heartbeatBytes.withUnsafeBytes { sendMessage(id, $0.baseAddress!, $0.count) }
             if !conns[id].writeArmed { flush(id) }

@@ -21,6 +21,9 @@ enum Mode: String, CaseIterable {
     case idle
     /// 10,000 connects as fast as possible while a probe room measures latency.
     case storm
+    /// 1 API connection publishing (`POST /v1/rooms/bench/publish`, closed
+    /// loop) into 1,000 members, 64-byte text bodies; needs `--api-port`.
+    case publish
 }
 
 enum BodyKind: String { case opaque, text }
@@ -87,6 +90,16 @@ struct Options {
     var receiveBuffer = 0
     /// Bytes asked of one read(2) (at most the scratch buffer).
     var readSize = 256 * 1024
+    /// `--api-port P`: the publishers are keep-alive HTTP/1.1 connections to
+    /// the daemon's API there (docs/api.md), each with one
+    /// `POST /v1/rooms/{room}/publish` outstanding at a time (closed loop).
+    var apiPort: UInt16?
+    /// `--api-key-file PATH`: its first key is the bearer key (api.key_file's format).
+    var apiKeyFile: String?
+    /// `--idempotency`: every publish carries an `Idempotency-Key` of its own.
+    var idempotency = false
+
+    var api: Bool { apiPort != nil }
 
     var closedLoop: Bool { rate == nil }
 
@@ -99,7 +112,7 @@ struct Options {
         publisher, a sequence number and the CLOCK_MONOTONIC send time.
 
         Workload:
-          --mode M              custom (default), fanout, pub10, latency, large, idle, storm:
+          --mode M              custom (default), fanout, pub10, latency, large, idle, storm, publish:
                                 sets the defaults below for that workload of BENCHMARKS.md
           --members N           receiving members of the room (default 100)
           --tls                 connect with TLS (to a listen_tls port; the certificate is not checked)
@@ -127,6 +140,13 @@ struct Options {
           --echo yes|no         whether the daemon echoes to the sender (default no, as the bench config)
           --rcvbuf B            SO_RCVBUF of every connection, bytes (default 0: kernel autotuning)
           --read-size B         bytes asked of one read(2) (default 262144)
+
+        Backend API (publish mode):
+          --api-port P          the publishers are HTTP/1.1 keep-alive connections to roomcastd's
+                                API on P, each with one POST /v1/rooms/ROOM/publish outstanding
+                                (closed loop, --publishers of them); text bodies only
+          --api-key-file PATH   the bearer key: the first key of PATH (api.key_file's format)
+          --idempotency         every publish carries an Idempotency-Key of its own (its cost)
 
         Target:
           --target roomcast|redis   (default roomcast)
@@ -246,6 +266,9 @@ struct Options {
                     throw UsageError(message: "--cpu-pids: '\(v)' is not a comma-separated list of process ids")
                 }
             case "--tls": o.tls = true
+            case "--api-port": o.apiPort = UInt16(try int(1, 65535))
+            case "--api-key-file": o.apiKeyFile = try value()
+            case "--idempotency": o.idempotency = true
             case "--json": o.json = true
             case "--label": o.label = try value()
             case "--server": o.server = try value()
@@ -257,6 +280,16 @@ struct Options {
         if o.body == .text && o.size < 64 { throw UsageError(message: "--body text needs --size >= 64") }
         if o.body == .text && o.target == .roomcast && o.frameType != 100 {
             throw UsageError(message: "--frame-type applies to opaque bodies only (text frames are type 2)")
+        }
+        if o.api || o.mode == .publish {
+            guard o.api else { throw UsageError(message: "--mode publish needs --api-port (the daemon's [api] listen port)") }
+            guard o.apiKeyFile != nil else { throw UsageError(message: "--api-port needs --api-key-file (a key of the daemon's api.key_file)") }
+            guard o.target == .roomcast else { throw UsageError(message: "--api-port publishes into roomcastd, not --target redis") }
+            guard o.body == .text else { throw UsageError(message: "--api-port publishes text bodies (--body text)") }
+            guard o.rate == nil else { throw UsageError(message: "--api-port is a closed loop (one request outstanding per connection): no --rate") }
+            guard !o.tls else { throw UsageError(message: "--api-port speaks plain HTTP: no --tls") }
+        } else if o.idempotency {
+            throw UsageError(message: "--idempotency applies to --api-port publishes")
         }
         let total = o.members + o.publishers + o.connections
         if total > 19_500 { throw UsageError(message: "\(total) connections: at most 19,500 (the process holds at most 20,000 descriptors)") }
@@ -296,6 +329,10 @@ struct Options {
             // The probe room: one publisher at 200 frames/s to 10 members.
             members = 10; publishers = 1; size = 64; rate = 200; room = "probe"; body = .text
             connections = 10_000; roomSize = 100; duration = 60
+        case .publish:
+            // As fanout, with the publisher an API connection: the ratio of
+            // the two is the API's cost (bench/publish.sh).
+            members = 1_000; publishers = 1; size = 64; rate = nil; duration = 10; body = .text
         }
     }
 }

@@ -30,7 +30,22 @@ if total + 16 > fdLimit {
     fatal("\(total) connections need more descriptors than the limit (\(fdLimit)); raise the hard limit (ulimit -Hn)")
 }
 
-let engine = Engine(o, capacity: total)
+// `--api-port`: the bearer key, never printed (a secret, like any key of api.key_file).
+var apiKey = ""
+if let path = o.apiKeyFile {
+    guard let text = readProcFile(path), let key = firstAPIKey(text) else { fatal("no API key in \(path) (--api-key-file)") }
+    apiKey = key
+}
+let probe = o.apiPort.map { APIProbe(host: o.host, port: $0, key: apiKey) }
+/// The daemon's delivered text frames (GET /metrics), or the run stops: a
+/// figure it cannot check is no figure.
+@MainActor func daemonDelivered() -> UInt64 {
+    var error: String?
+    guard let v = probe!.deliveredText(error: &error) else { fatal(error ?? "GET /metrics failed") }
+    return v
+}
+
+let engine = Engine(o, capacity: total, apiKey: apiKey)
 let server = o.serverPid.map { ProcessProbe(pid: $0) }
 if let server, server.rssKiB() == nil { fatal("cannot read /proc/\(server.pid)/status (--server-pid)") }
 
@@ -42,7 +57,8 @@ let mainCount = o.publishers + o.members
 @MainActor func mainReady() -> Bool {
     guard engine.openCount[0] >= mainCount else { return false }
     switch o.target {
-    case .roomcast: return engine.joinsReceived[0] >= joinReceipts(mainCount)
+    // API publishers join nothing: only the members' joins go round.
+    case .roomcast: return engine.joinsReceived[0] >= joinReceipts(o.api ? o.members : mainCount)
     case .redis: return engine.subscribed[0] >= o.members
     }
 }
@@ -139,8 +155,10 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     // MARK: Load: fan-out, latency, large frames, storm.
     guard o.publishers > 0, o.members > 0 else { fatal("a load run needs --publishers and --members (or --idle)") }
     if let f = o.frames { engine.framesLimit = UInt64(f) }
+    let daemonStart = probe == nil ? 0 : daemonDelivered()
     engine.startSending()
     if o.frames == nil { engine.run(seconds: o.warmup) }
+    let daemon0 = probe == nil ? 0 : daemonDelivered()
     let self0 = selfCPUTimes(), cpu0 = server?.cpuTimes(), t0 = now()
     let wait0 = server?.runQueueWaitSeconds(), selfWait0 = selfRunQueueWaitSeconds()
     let others0 = o.cpuPids.map { ProcessProbe(pid: $0).cpuSeconds() ?? 0 }
@@ -169,10 +187,16 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     let t1 = now(), self1 = selfCPUTimes(), cpu1 = server?.cpuTimes()
     let wait1 = server?.runQueueWaitSeconds(), selfWait1 = selfRunQueueWaitSeconds()
     let others1 = o.cpuPids.map { ProcessProbe(pid: $0).cpuSeconds() ?? 0 }
+    let daemon1 = probe == nil ? 0 : daemonDelivered()
     let measuredFrames = engine.framesSent - sent0
     engine.sending = false
-    let expected = engine.framesSent * UInt64(o.members)
-    engine.run(seconds: o.drain) { engine.deliveries >= expected }
+    // An API publish reaches the members only when it is answered 200:
+    // wait for the answers of those under way, then for their deliveries.
+    func expectedDeliveries() -> UInt64 { (o.api ? engine.apiOK : engine.framesSent) * UInt64(o.members) }
+    engine.run(seconds: o.drain) { engine.outstanding == 0 || !o.api }
+    engine.run(seconds: o.drain) { engine.deliveries >= expectedDeliveries() }
+    let expected = expectedDeliveries()
+    let daemonEnd = probe == nil ? 0 : daemonDelivered()
     let rssAfter = server?.rssKiB()
     let secs = t1 - t0
     let lat = engine.hist.summary()
@@ -187,7 +211,25 @@ if o.mode == .idle || (o.publishers == 0 && o.connections > 0) {
     }
     r.add("setup_s", "set-up (connect + join)", .double(setupSeconds, digits: 2), "s")
     r.add("measured_s", "measured", .double(secs, digits: 2), "s")
-    r.add("frames_sent", "frames sent (measured)", .int(Int(measuredFrames)))
+    r.add("frames_sent", o.api ? "publish requests sent (measured)" : "frames sent (measured)", .int(Int(measuredFrames)))
+    if o.api {
+        let req = engine.requestHist.summary()
+        r.add("api_connections", "API connections (1 request outstanding each)", .int(o.publishers))
+        r.add("idempotency", "Idempotency-Key on every publish", .bool(o.idempotency))
+        r.add("publishes", "publishes answered 200 (measured)", .int(Int(engine.measuredPublishes)))
+        r.add("publishes_per_s", "publishes/s", .double(Double(engine.measuredPublishes) / secs, digits: 0))
+        r.add("req_p50_us", "request latency p50", .double(req.p50, digits: 1), "us")
+        r.add("req_p90_us", "request latency p90", .double(req.p90, digits: 1), "us")
+        r.add("req_p99_us", "request latency p99", .double(req.p99, digits: 1), "us")
+        r.add("req_max_us", "request latency max", .double(req.max, digits: 1), "us")
+        r.add("api_errors", "publishes answered other than 200", .int(Int(engine.apiErrors)))
+        r.add("delivered_mismatch", "answers whose delivered was not the members", .int(Int(engine.deliveredMismatch)))
+        // The daemon's own count (GET /metrics): over the window, and over the
+        // whole run, where it must equal what the members received.
+        r.add("daemon_deliveries_per_s", "deliveries/s by the daemon's /metrics", .double(Double(daemon1 &- daemon0) / secs, digits: 0))
+        r.add("daemon_delivered", "text deliveries by the daemon's /metrics (run)", .int(Int(daemonEnd &- daemonStart)))
+        r.add("daemon_match", "daemon's count = members' count (run)", .bool(daemonEnd &- daemonStart == engine.deliveries))
+    }
     r.add("deliveries", "deliveries (measured)", .int(Int(engine.measuredDeliveries)))
     r.add("deliveries_per_s", "deliveries/s", .double(Double(engine.measuredDeliveries) / secs, digits: 0))
     r.add("frames_per_s", "frames/s (per member)", .double(Double(engine.measuredDeliveries) / secs / Double(o.members), digits: 0))

@@ -184,3 +184,23 @@ tokens = {
 }
 for name, data in tokens.items():
     write("FuzzToken", name, data)
+
+# FuzzModerationWire: what a daemon reads from Redis (docs/api.md "Across the
+# cluster"): control-channel messages whole, and the moderation hash's
+# field and value joined by a newline, as the daemons write them.
+moderation = {
+    "control-ban": b"00c0ffee12345678 set ban:live%2042:user-1234 1764651600000 1764648000000 spam%20links",
+    "control-mute": b"00c0ffee12345678 set mute:live%2042:user%3A1%20%C3%A9 1764651600000 1764648000000 ",
+    "control-removed": b"0123456789abcdef set ban:live%2042:user-1234 1764651600000 1764649000000 !",
+    "control-settings": b"0123456789abcdef set settings:live%2042 10 1764648000000",
+    "control-kick-sub": b"fedcba9876543210 kick live%2042 sub user-1234",
+    "control-kick-name": b"fedcba9876543210 kick live%2042 name bob%20%E4%BD%A0%E5%A5%BD",
+    "hash-ban": b"ban:live%2042:user-1234\n1764651600000 1764648000000 spam%20links",
+    "hash-mute-bang": b"mute:r:s\n9 8 %21",
+    "hash-removed": b"mute:r:s\n1764651600000 1764649000000 !",
+    "hash-settings": b"settings:a%3Ab\n120 1764648000000",
+    "hash-settings-off": b"settings:lobby\n0 1764648000001",
+    "hash-foreign": b"kick:r:s\n1 1 x",
+}
+for name, data in moderation.items():
+    write("FuzzModerationWire", name, data)

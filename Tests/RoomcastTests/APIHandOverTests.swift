@@ -13,13 +13,9 @@ import RoomcastIO
 struct APIHandOverTests {
     /// A connected Unix stream socket to `path` (blocking), or -1.
     static func connectUnix(_ path: String) -> Int32 {
+        guard let address = SocketAddress.unix(path: path) else { return -1 }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-            for (i, b) in path.utf8.enumerated() where i < raw.count - 1 { raw[i] = b }
-        }
-        let r = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        let r = address.withSockaddr { connect(fd, $0, $1) }
         if r != 0 { close(fd); return -1 }
         return fd
     }

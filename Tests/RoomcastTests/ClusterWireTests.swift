@@ -46,8 +46,8 @@ import Testing
         #expect(decode(Array(good.prefix(20))) == .tooShort)
         #expect(decode(Array(good.dropLast())) == .badFrame, "a body shorter than its header says")
         #expect(decode(good + [0]) == .badFrame, "bytes after the frame")
-        var v2 = good; v2[0] = 2
-        #expect(decode(v2) == .unknownVersion(2))
+        var v3 = good; v3[0] = 3
+        #expect(decode(v3) == .unknownVersion(3))
         var k9 = good; k9[1] = 9
         #expect(decode(k9) == .unknownKind(9))
         var le = good; le[1] = 1  // a big-endian header read as little-endian

@@ -185,7 +185,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api", "tls", "rooms"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 69)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 71)
     }
 
     /// The operator's documentation names every key: the table of

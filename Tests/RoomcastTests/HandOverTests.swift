@@ -466,6 +466,62 @@ struct HandOverTests {
         }
     }
 
+    @Test("a token's expiry survives a restart and a crash: the unrenewed connection is told token_expired and closed at exp + 25 s, the renewed one is not")
+    func expiryCarriesOver() throws {
+        let dir = try TempDirectory()
+        let keyPath = try TestKeys.writeKeyFile(dir, "hs1 HS256 \(TestKeys.secret)\n")
+        let keys = try #require(try Server.loadKeys(try Config.parse("[auth]\nkey_file = \(keyPath)\n", file: "k")))
+        let sections = Self.config + "[auth]\nkey_file = \(keyPath)\n"
+        // exp 10 s ago: inside the 30 s leeway, so they join; exp + 25 s is about 15 s of wall time away.
+        let now = TestKeys.now
+        let t = try mintTokens([TestKeys.hs(["sub": "alice", "exp": now - 10, "rooms": ["stage"]]),
+                                TestKeys.hs(["sub": "bob", "exp": now - 10, "rooms": ["stage"]]),
+                                TestKeys.hs(["sub": "bob", "exp": now + 3600, "rooms": ["stage"]])])
+        func join(_ name: String, _ token: String) -> [UInt8] {
+            FrameCodec.encode(type: 0, body: UserInfo(level: 1, name: name, iconURL: "a", room: "stage", token: token).serialized(), byteOrder: .little)
+        }
+        for crash in [false, true] {
+            let clock = ManualClock()
+            let a = try Node(sections, clock: clock, keys: keys)
+            let x = a.connect(), y = a.connect()
+            Self.send(x.peer, join("alice", t[0]))
+            Self.send(y.peer, join("bob", t[1]))
+            try a.tick()
+            Self.send(y.peer, join("bob", t[2]))  // bob renews: only his new exp must count after the restart
+            try a.tick()
+            #expect(a.server.table.slots[x.id]!.auth?.claims.sub == "alice" && a.server.table.slots[y.id]!.auth?.claims.exp == Int64(now + 3600),
+                    "both joined, bob renewed: \(a.log)")
+            _ = [x, y].map { Self.drain($0.peer) }
+            let b: Node
+            if crash {
+                a.notify.update()
+                b = try Node(sections, clock: clock, stored: a.notify.passed, keys: keys)
+            } else {
+                b = try Self.handOver(a, sections: sections, keys: keys)
+            }
+            let s = b.server
+            func id(_ c: (id: Int, peer: Int32)) -> Int? { s.table.ids.first { s.table.address(of: $0) == "peer-\(c.peer)" } }
+            let what = crash ? "after a crash" : "after a restart"
+            #expect(s.table.slots[id(y)!]!.auth?.claims.exp == Int64(now + 3600), "bob's renewed exp \(what)")
+            clock.nowMs += 2_000
+            try b.tick()
+            #expect(id(x) != nil, "alice is still in \(what), her exp + 25 s is ahead")
+            _ = [x, y].map { Self.drain($0.peer) }
+            clock.nowMs += 20_000
+            try b.tick()
+            try b.tick()
+            // What alice got before the close (drain gives nil at the end of the stream, so read it here).
+            var bytes: [UInt8] = [], buffer = [UInt8](repeating: 0, count: 1 << 16)
+            while case let n = buffer.withUnsafeMutableBytes({ recv(x.peer, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }), n > 0 { bytes += buffer[0..<n] }
+            let toX = Self.frames(bytes)
+            #expect(toX.contains { $0.0 == 9 && (try? Notice(protobuf: $0.1))?.code == "token_expired" }, "\(what): \(toX) \(b.log)")
+            #expect(b.log.contains("REASON=token_expired"), "\(what): \(b.log)")
+            #expect(id(x) == nil, "alice is closed \(what)")
+            #expect(id(y) != nil, "bob renewed and stays \(what)")
+            [x, y].forEach { close($0.peer) }
+        }
+    }
+
     @Test("a box holds thousands of descriptors and gives back keys and descriptors in order")
     func boxRoundTrip() throws {
         var pairs: [(Int32, Int32)] = []

@@ -143,4 +143,33 @@ struct HandOverWebSocketTests {
         }
         [x, j, l, u, w].forEach { close($0.peer) }
     }
+
+    @Test("with heartbeat.timeout = 0 (no deadline), a restored WebSocket client's messages are relayed: its proof of life has a slot")
+    func webSocketClientWithoutHeartbeatDeadline() throws {
+        // Was a trap in LivenessTracker.touch: the restored, upgraded
+        // connection was tracked only while it had a deadline to carry, so
+        // its first message after the restart indexed past the tracker.
+        let clock = HandOverTests.ManualClock()
+        let sections = "[heartbeat]\ntimeout = 0\ntick = 100ms\n[websocket]\nlisten = 127.0.0.1:\(try freeLoopbackPort())\n"
+        let a = try HandOverTests.Node(sections, clock: clock)
+        let j = a.connect(dialect: .webSocket)  // roomcast.json.v1, the only client: no LTB one grows the tracker
+        T.send(j.peer, Self.upgradeRequest(nil))
+        try a.tick()
+        #expect(String(decoding: T.drain(j.peer) ?? [], as: UTF8.self).hasPrefix("HTTP/1.1 101 "))
+        T.send(j.peer, clientFrame(0x81, Array(#"{"cmd":"nickname","nickname":"jo","room":"stage"}"#.utf8)))
+        try a.tick()
+        _ = T.drain(j.peer)
+
+        var node = a
+        for round in 1...2 {
+            node = try T.handOver(node, sections: sections)
+            #expect(node.server.table.count == 1, "round \(round): J kept")
+            T.send(j.peer, clientFrame(0x81, Array(#"{"cmd":"msg","content":"after \#(round)"}"#.utf8)))
+            try node.tick()
+            let got = Self.serverFrames(T.drain(j.peer) ?? []).frames
+            #expect(got.contains { $0.0 == 1 && String(decoding: $0.1, as: UTF8.self).contains(#""content":"after \#(round)""#) },
+                    "round \(round): J's message comes back to it: \(got.map { String(decoding: $0.1, as: UTF8.self) })")
+        }
+        close(j.peer)
+    }
 }

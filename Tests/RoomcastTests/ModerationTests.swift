@@ -53,6 +53,51 @@ import Testing
     }
 }
 
+extension ModerationWireTests {
+    /// Found by FuzzModerationWire: records no daemon writes, outside
+    /// docs/api.md's bounds, were taken from Redis and the control channel.
+    /// A slow mode of 2^63 - 1 s trapped the daemon at its room's next text.
+    @Test func recordsOutsideTheAPIsBoundsAreNotOurs() {
+        let tooLong = String(repeating: "x", count: ModerationRecord.maxReasonBytes + 1)
+        let longSub = String(repeating: "s", count: ModerationField.maxSubBytes + 1)
+        for (f, v) in [("settings:lobbyz", "1 1764624000000"), ("settings:r", "2 1"), ("settings:r", "121 1"),
+                       ("settings:r", "9223372036854775807 1"), ("settings:r", "10 -1"),
+                       ("ban:r:s", "-1 1 x"), ("ban:r:s", "1 -9223372036854775808 x"), ("mute:r:s", "1 -5 !"),
+                       ("ban:r:s", "1 1 \(tooLong)"), ("ban:r:\(longSub)", "1 1 x")] {
+            #expect(ModerationRecord(field: Array(f.utf8), value: Array(v.utf8)) == nil, "\(f) -> \(v.prefix(40))")
+        }
+        #expect(ControlMessage(Array("00000000000000ab set settings:stage 18446744073709552 1".utf8)) == nil)
+        // The bounds themselves are ours.
+        for (f, v) in [("settings:r", "0 0"), ("settings:r", "3 1"), ("settings:r", "120 1"),
+                       ("ban:r:s", "0 0 \(String(repeating: "x", count: ModerationRecord.maxReasonBytes))"),
+                       ("ban:r:\(String(repeating: "s", count: ModerationField.maxSubBytes))", "1 1 x")] {
+            #expect(ModerationRecord(field: Array(f.utf8), value: Array(v.utf8)) != nil, "\(f) -> \(v.prefix(40))")
+        }
+    }
+
+    /// FuzzModerationWire's seeds (Tests/Fuzz/make-corpus.py) are what the
+    /// daemons write: each decodes and re-encodes to its own bytes.
+    @Test func theFuzzSeedsAreRealMessages() throws {
+        var dir = "\(#filePath)".split(separator: "/", omittingEmptySubsequences: false)
+        dir.removeLast()
+        let corpus = dir.joined(separator: "/") + "/../Fuzz/corpus/FuzzModerationWire/"
+        func seed(_ name: String) throws -> [UInt8] {
+            Array(try String(contentsOfFile: corpus + name, encoding: .utf8).utf8)
+        }
+        for name in ["control-ban", "control-mute", "control-removed", "control-settings", "control-kick-sub", "control-kick-name"] {
+            let bytes = try seed(name)
+            #expect(ControlMessage(bytes)?.encoded == bytes, "\(name)")
+        }
+        for name in ["hash-ban", "hash-mute-bang", "hash-removed", "hash-settings", "hash-settings-off"] {
+            let parts = try seed(name).split(separator: 0x0A, maxSplits: 1)
+            let r = ModerationRecord(field: parts[0], value: parts[1])
+            #expect(r.map { Array($0.field.utf8) + [0x0A] + Array($0.value.utf8) } == Array(parts.joined(separator: [0x0A])), "\(name)")
+        }
+        let foreign = try seed("hash-foreign").split(separator: 0x0A, maxSplits: 1)
+        #expect(ModerationRecord(field: foreign[0], value: foreign[1]) == nil)
+    }
+}
+
 @Suite struct ModerationBookTests {
     static func entry(_ kind: ModerationKind = .ban, room: String = "r", sub: String = "s", until: Int64, set: Int64 = 1) -> ModerationBook.Entry {
         .init(key: ModerationKey(kind, room: RoomName(room), sub: Array(sub.utf8)), untilMs: until, setMs: set, reason: "")

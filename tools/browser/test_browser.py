@@ -3,17 +3,31 @@
 by Selenium with Debian's chromedriver (no downloads).
 
 Starts a release roomcastd on ephemeral loopback ports with the WebSocket
-listener serving web/ (`[websocket] page = yes`), opens the page twice
-(two tabs, ?room=stage) and connects one LTB client to the same room;
-the three converse (join, text both ways, a gift, a leave). Asserts on
-the DOM of both tabs, on the LTB frames, and on the WebSocket frames the
-first tab sent and received (Chromium's DevTools performance log); then
-restarts the daemon and checks that the page shows the state, reconnects
-and joins again. Saves a screenshot (--screenshot). Waits on state with
-deadlines, never on fixed sleeps.
+listener serving web/ (`[websocket] page = yes`), under a fake PID 1 with
+an fd store (fake_systemd.py: what systemd 252 does for the shipped
+standalone unit), opens the page twice (two tabs, ?room=stage) and
+connects one LTB client to the same room; the three converse (join, text
+both ways, a gift). Asserts on the DOM of both tabs and on the LTB frames.
 
-  tools/browser/test_browser.py --roomcastd .build/release/roomcastd \\
-      --web web --screenshot docs/images/browser-chat.png
+Then two restarts that must keep everyone (docs/protocol.md section 15,
+"Restarts"): each of the three sends before, while no roomcastd process
+runs (the messages wait in the kernel) and after; both tabs show every
+message once, in each sender's order, and never their reconnect state
+(#state's data-state stays `open`, data-reconnects `0`). A SIGKILL round
+(--crash) waits for roomcastd to keep WebSocket clients across a crash.
+Then a tab leaves, and tab A's WebSocket traffic (Chromium's DevTools
+performance log) is checked: one WebSocket for the whole run, one join,
+the JSON dialect both ways. Last, a stop (the fd store emptied) and a
+daemon without systemd: the page shows the closed state, reconnects and
+joins again, and shows the 1001 close of that daemon's stop.
+
+Saves a screenshot of the conversation (--screenshot) and one after the
+restarts (--restart-screenshot). Waits on state with deadlines, never on
+fixed sleeps. `--fdstore-max 0` runs the daemon without an fd store: the
+restarts then drop the WebSockets and the test fails.
+
+  tools/browser/test_browser.py --roomcastd .build/release/roomcastd --web web \\
+      --screenshot docs/images/browser-chat.png --restart-screenshot docs/images/browser-restart.png
 """
 import argparse
 import json
@@ -25,6 +39,7 @@ import sys
 import tempfile
 import time
 
+from fake_systemd import FakeSystemd, ServiceError
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
@@ -118,12 +133,37 @@ class LTBClient:
                 raise ConnectionError("roomcastd closed the LTB connection")
             self.buffer += chunk
 
+    def texts(self, done, keep):
+        """{sender: [text]} of the text frames whose text `keep` accepts, in order of
+        arrival, read until `done` of that is true, within the deadline."""
+        got = {}
+        end = time.monotonic() + DEADLINE_S
+        while not done(got):
+            if time.monotonic() > end:
+                fail("the LTB client did not get all the texts in %d s; it got %r" % (DEADLINE_S, got))
+            try:
+                k, body = self.next_frame()
+            except OSError as e:
+                fail("the LTB client, reading texts: %s; it got %r" % (e, got))
+            if k == TEXT:
+                f = parse_fields(body)
+                who, said = parse_fields(f.get(1, b"")).get(2, b"").decode(), f.get(2, b"").decode()
+                if keep(said):
+                    got.setdefault(who, []).append(said)
+        return got
+
     def expect(self, kind, name, text=None):
         """Skips frames until one of `kind` from `name` (and `text`) arrives, within the deadline."""
         seen = []
         end = time.monotonic() + DEADLINE_S
         while time.monotonic() < end:
-            k, body = self.next_frame()
+            try:
+                k, body = self.next_frame()
+            except OSError as e:
+                fail("the LTB client, waiting for %s from %s (%r): %s; it got %r" % (kind, name, text, e, seen))
+            if k not in (JOIN, LEAVE, TEXT, GIFT):
+                seen.append((k, body.hex()))
+                continue
             f = parse_fields(body)
             if k in (JOIN, LEAVE):
                 who, said = f.get(2, b"").decode(), None
@@ -215,36 +255,156 @@ def say(driver, text):
     wait(driver, "the text box clears after sending", lambda d: d.find_element(By.ID, "text").get_attribute("value") == "")
 
 
-def websocket_frames(driver):
-    """{tab's DevTools target: [(direction, payload)]} of the WebSocket frames in the performance log so far."""
+def reconnects(driver):
+    return int(driver.find_element(By.ID, "state").get_attribute("data-reconnects"))
+
+
+def websocket_events(driver):
+    """{tab's DevTools target: [(event, payload)]} of the WebSocket events in the performance log
+    since the last call: "created" (a new WebSocket), "sent", "received", "closed"."""
+    kinds = {"Network.webSocketCreated": "created", "Network.webSocketFrameSent": "sent",
+             "Network.webSocketFrameReceived": "received", "Network.webSocketClosed": "closed"}
     out = {}
     for entry in driver.get_log("performance"):
         record = json.loads(entry["message"])
         m = record["message"]
-        if m["method"] in ("Network.webSocketFrameSent", "Network.webSocketFrameReceived"):
-            out.setdefault(record.get("webview"), []).append(
-                ("sent" if m["method"].endswith("Sent") else "received", m["params"]["response"]["payloadData"]))
+        if m["method"] in kinds:
+            kind = kinds[m["method"]]
+            payload = m["params"]["response"]["payloadData"] if kind in ("sent", "received") else None
+            out.setdefault(record.get("webview"), []).append((kind, payload))
     return out
+
+
+def texts_from(lines, name):
+    """What `name` said, in the order a tab's log shows it."""
+    prefix = name + ": "
+    return [line[len(prefix):] for line in lines if line.startswith(prefix)]
+
+
+def kept_restart(service, driver, tabs, ltb, round_no, crash=False):
+    """One restart that must keep both tabs and the LTB client: messages from
+    each of the three before it, while no roomcastd process runs (they wait
+    in the kernel), and after it; each tab shows every one once, in each
+    sender's order, and never its reconnect state."""
+    (tab_a, tab_b) = tabs
+    said = {"alice": [], "carol": [], "bob": []}
+    # Before: sent and shown everywhere while the daemon runs.
+    for handle, name in ((tab_a, "alice"), (tab_b, "carol")):
+        driver.switch_to.window(handle)
+        text = "before restart %d from %s" % (round_no, name)
+        say(driver, text)
+        said[name].append(text)
+    text = "before restart %d from bob" % round_no
+    ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
+    said["bob"].append(text)
+    for handle, tab in ((tab_a, "tab A"), (tab_b, "tab B")):
+        driver.switch_to.window(handle)
+        for name in said:
+            wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
+
+    sending = []
+
+    def while_stopped():
+        begun = time.monotonic()
+        # No roomcastd runs: the tabs' WebSockets and the LTB socket are open
+        # in the fd store only; what they send waits in the kernel.
+        for handle, name in ((tab_a, "alice"), (tab_b, "carol")):
+            driver.switch_to.window(handle)
+            if state(driver) != "open" or reconnects(driver) != 0:
+                fail("restart %d: %s's tab showed its reconnect state while roomcastd was stopped (state %r, "
+                     "data-reconnects %d, log %r); roomcastd log:\n%s"
+                     % (round_no, name, state(driver), reconnects(driver), log_lines(driver)[-6:], service.log_tail()))
+            for i in (1, 2):
+                text = "during restart %d from %s (%d)" % (round_no, name, i)
+                say(driver, text)
+                said[name].append(text)
+        for i in (1, 2):
+            text = "during restart %d from bob (%d)" % (round_no, i)
+            ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
+            said["bob"].append(text)
+        sending.append(time.monotonic() - begun)
+
+    t0 = time.monotonic()
+    if crash:
+        service.crash_restart(while_stopped)
+    else:
+        status = service.restart(while_stopped)
+        if status != 0:
+            fail("restart %d: roomcastd exited with %d, not 0 (a hand-over):\n%s" % (round_no, status, service.log_tail()))
+    # The restart's own time: SIGTERM to READY=1, less the test's sending while stopped.
+    gap_ms = (time.monotonic() - t0 - sending[0]) * 1000
+    for handle, tab in ((tab_a, "tab A"), (tab_b, "tab B")):
+        driver.switch_to.window(handle)
+        if state(driver) != "open" or reconnects(driver) != 0:
+            fail("restart %d: %s showed its reconnect state (state %r, data-reconnects %d, log %r); roomcastd log:\n%s"
+                 % (round_no, tab, state(driver), reconnects(driver), log_lines(driver)[-6:], service.log_tail()))
+        for name in said:
+            wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
+    # After: sent only once the "during" ones are shown, so that the three
+    # phases cannot interleave between senders either.
+    for handle, name in ((tab_a, "alice"), (tab_b, "carol")):
+        driver.switch_to.window(handle)
+        text = "after restart %d from %s" % (round_no, name)
+        say(driver, text)
+        said[name].append(text)
+    text = "after restart %d from bob" % round_no
+    ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
+    said["bob"].append(text)
+    for handle, tab in ((tab_a, "tab A"), (tab_b, "tab B")):
+        driver.switch_to.window(handle)
+        for name in said:
+            wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
+        lines = log_lines(driver)
+        for name in said:
+            shown = [t for t in texts_from(lines, name) if "restart %d " % round_no in t]
+            if shown != said[name]:
+                fail("restart %d: %s shows %s's messages as %r, not %r once each in order" % (round_no, tab, name, shown, said[name]))
+        if state(driver) != "open" or reconnects(driver) != 0 or any(l.startswith("connection closed") for l in lines):
+            fail("restart %d: %s reconnected (state %r, data-reconnects %d)" % (round_no, tab, state(driver), reconnects(driver)))
+    # The LTB client, kept too, got every message of the round once, in each sender's order.
+    marker = "restart %d " % round_no
+    got = ltb.texts(lambda g: all(len(g.get(n, [])) >= len(said[n]) for n in said), keep=lambda t: marker in t)
+    for name in said:
+        if got.get(name, []) != said[name]:
+            fail("restart %d: the LTB client got %s's messages as %r, not %r once each in order"
+                 % (round_no, name, got.get(name, []), said[name]))
+    return gap_ms
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--roomcastd", required=True)
     ap.add_argument("--web", required=True, help="the page's directory (web/)")
-    ap.add_argument("--screenshot")
+    ap.add_argument("--screenshot", help="the conversation, before any restart")
+    ap.add_argument("--restart-screenshot", help="the conversation after the two restarts that kept it")
+    ap.add_argument("--fdstore-max", type=int, default=16,
+                    help="the fake PID 1's FileDescriptorStoreMax= (the shipped units': 16); 0 runs the daemon "
+                         "without an fd store, where the restarts must fail the test")
+    ap.add_argument("--crash", action="store_true",
+                    help="also SIGKILL the daemon (Restart=on-failure) and require the tabs kept; off until "
+                         "roomcastd keeps WebSocket clients across a crash (docs/protocol.md section 15)")
     args = ap.parse_args()
     start = time.monotonic()
     work = tempfile.mkdtemp(prefix="roomcast-browser-")
     ltb_port, ws_port = free_port(), free_port()
     conf = os.path.join(work, "roomcastd.conf")
     with open(conf, "w") as f:
-        # heartbeat.timeout = 0: the LTB client here sends no heartbeats.
-        f.write("[heartbeat]\ntimeout = 0\n[websocket]\nlisten = 127.0.0.1:%d\npage = yes\npage_dir = %s\n"
+        # heartbeat.timeout = 0: the LTB client here sends no heartbeats. rooms.counts = 0:
+        # no `viewers` notice every 5 s between the lines the test looks for.
+        f.write("[heartbeat]\ntimeout = 0\n[rooms]\ncounts = 0\n[websocket]\nlisten = 127.0.0.1:%d\npage = yes\npage_dir = %s\n"
                 % (ws_port, os.path.abspath(args.web)))
     daemon_log = os.path.join(work, "roomcastd.log")
-    daemon = start_daemon(args.roomcastd, conf, ltb_port, daemon_log)
+    # roomcastd under a fake PID 1 with an fd store, as the shipped standalone
+    # unit runs it (its own listeners, kept in the store across restarts).
+    service = FakeSystemd([os.path.abspath(args.roomcastd), "--config", conf, "--listen", "127.0.0.1:%d" % ltb_port],
+                          work, daemon_log, fdstore_max=args.fdstore_max, deadline_s=DEADLINE_S)
+    daemon = None
     driver = None
     try:
+        try:
+            service.start()
+        except ServiceError as e:
+            fail(str(e))
         driver = browser()
         url = "http://127.0.0.1:%d/?room=%s" % (ws_port, ROOM)
         driver.get(url)
@@ -294,6 +454,25 @@ def main():
             wait_line(driver, tab, "carol: hi alice <b>not bold</b>")
             if driver.find_elements(By.CSS_SELECTOR, "#log b"):
                 fail("%s rendered a sender's markup" % tab)
+        driver.switch_to.window(tab_a)
+        if args.screenshot:
+            os.makedirs(os.path.dirname(os.path.abspath(args.screenshot)), exist_ok=True)
+            driver.save_screenshot(args.screenshot)
+
+        # Two restarts that keep everyone (docs/protocol.md section 15, "Restarts"):
+        # the same WebSockets, no close, no new upgrade, no join again.
+        gaps = [kept_restart(service, driver, (tab_a, tab_b), ltb, n) for n in (1, 2)]
+        if args.crash:
+            gaps.append(kept_restart(service, driver, (tab_a, tab_b), ltb, 3, crash=True))
+        else:
+            # HOOK: a SIGKILL does not keep WebSocket clients yet (docs/protocol.md
+            # section 15: a crash closes them, 1006). Once roomcastd keeps them, run
+            # with --crash here and in the Makefile.
+            print("test-browser: SKIPPED the SIGKILL round: roomcastd does not keep WebSocket clients across a crash yet")
+        driver.switch_to.window(tab_a)
+        if args.restart_screenshot:
+            os.makedirs(os.path.dirname(os.path.abspath(args.restart_screenshot)), exist_ok=True)
+            driver.save_screenshot(args.restart_screenshot)
 
         # Tab B goes away: tab A and the LTB client see carol leave.
         driver.switch_to.window(tab_b)
@@ -302,15 +481,25 @@ def main():
         wait_line(driver, "tab A", "carol left")
         ltb.expect(LEAVE, "carol")
 
-        # What tab A's WebSocket carried (DevTools): the JSON dialect, one object a message.
-        want_sent = [{"cmd": "nickname", "nickname": "alice", "room": ROOM},
-                     {"cmd": "msg", "content": "hello from a browser, ça va ?"}]
-        by_tab = websocket_frames(driver)
-        tab_frames = [f for f in by_tab.values() if any(d == "sent" and json.loads(p) == want_sent[0] for d, p in f)]
-        if len(tab_frames) != 1:
+        # What tab A's WebSocket carried (DevTools): the JSON dialect, one object
+        # a message; one WebSocket for the whole run, one join (the restarts
+        # made it neither reconnect nor join again).
+        by_tab = websocket_events(driver)
+        join_alice = {"cmd": "nickname", "nickname": "alice", "room": ROOM}
+        tab_events = [e for e in by_tab.values() if any(k == "sent" and json.loads(p) == join_alice for k, p in e)]
+        if len(tab_events) != 1:
             fail("no single tab sent alice's join: %r" % by_tab)
-        sent = [json.loads(p) for d, p in tab_frames[0] if d == "sent"]
-        received = [json.loads(p) for d, p in tab_frames[0] if d == "received"]
+        events = tab_events[0]
+        created = [k for k, _ in events if k in ("created", "closed")]
+        if created != ["created"]:
+            fail("tab A's WebSockets were %r, not one created and none closed" % created)
+        sent = [json.loads(p) for k, p in events if k == "sent"]
+        received = [json.loads(p) for k, p in events if k == "received"]
+        want_sent = [join_alice, {"cmd": "msg", "content": "hello from a browser, ça va ?"}]
+        for n in range(1, len(gaps) + 1):
+            want_sent += [{"cmd": "msg", "content": t} for t in
+                          ["before restart %d from alice" % n] + ["during restart %d from alice (%d)" % (n, i) for i in (1, 2)]
+                          + ["after restart %d from alice" % n]]
         if sent != want_sent:
             fail("tab A sent %r, not %r" % (sent, want_sent))
         for want in ({"cmd": "msg", "from": "bob", "content": "hello browsers"},
@@ -320,30 +509,38 @@ def main():
         if not any(m.get("cmd") == "leave" and m.get("nickname") == "carol" for m in received):
             fail("tab A received no leave of carol: %r" % received)
 
-        if args.screenshot:
-            os.makedirs(os.path.dirname(os.path.abspath(args.screenshot)), exist_ok=True)
-            driver.save_screenshot(args.screenshot)
-
-        # A restart (a stop, then a new daemon on the same ports; WebSocket connections are not
-        # handed over, docs/protocol.md section 15): the page shows it, reconnects with backoff and joins again.
+        # A stop empties the fd store (systemctl stop): the page shows the
+        # closed state. A daemon started without systemd serves the reconnect:
+        # the page joins again; its stop closes with 1001 going away.
         ltb.sock.close()
-        stop_daemon(daemon)
-        wait(driver, "tab A shows the closed state", lambda d: state(d) == "closed")
+        try:
+            service.stop()
+        except ServiceError as e:
+            fail(str(e))
+        wait(driver, "tab A shows the closed state after a stop", lambda d: state(d) == "closed")
         daemon = start_daemon(args.roomcastd, conf, ltb_port, daemon_log)
         ltb = LTBClient(ltb_port)
         ltb.send(JOIN, user_info("bob"))
         ltb.expect(JOIN, "bob")
         wait(driver, "tab A reconnects", lambda d: state(d) == "open")
         ltb.expect(JOIN, "alice")
+        if reconnects(driver) != 1:
+            fail("tab A counted %d reconnects, not 1" % reconnects(driver))
+        stop_daemon(daemon)
+        daemon = None
+        wait(driver, "tab A shows the closed state after the daemon's stop", lambda d: state(d) == "closed")
         closed = [line for line in log_lines(driver) if line.startswith("connection closed (")]
-        if not closed or not closed[0].startswith("connection closed (1001"):
-            fail("tab A did not show the 1001 close: %r" % closed)
-        print("test-browser: 2 tabs and 1 LTB client conversed in room %r; reconnect after a restart; %.1f s"
-              % (ROOM, time.monotonic() - start))
+        if len(closed) != 2 or not closed[1].startswith("connection closed (1001"):
+            fail("tab A did not show the 1001 close of a stop outside systemd: %r" % closed)
+        print("test-browser: 2 tabs and 1 LTB client conversed in room %r; kept across %d restarts (SIGTERM to READY=1: "
+              "%s ms, no reconnect); reconnect after a stop; %.1f s"
+              % (ROOM, len(gaps), ", ".join("%.0f" % g for g in gaps), time.monotonic() - start))
     finally:
         if driver is not None:
             driver.quit()
-        stop_daemon(daemon)
+        if daemon is not None:
+            stop_daemon(daemon)
+        service.close()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,13 @@ extension Config {
         /// comes back to its sender only (with `protocol.echo`), and a room
         /// of 100,000 shows counts instead of a join per viewer. Default yes.
         public var announceJoins = true
+        /// `history`: the last text and gift frames each room keeps for
+        /// the members who join it later (docs/protocol.md §4, "Recent
+        /// lines on join"), 0 ... 10,000 frames. Default 0 (off).
+        public var history = 0
+        /// `history_bytes`: the most one room's history holds, in bytes of
+        /// whole frames, 1 KiB ... 64 MiB. Default 256 KiB.
+        public var historyBytes = 262_144
 
         public init() {}
     }
@@ -31,6 +38,12 @@ extension SectionSpec {
         },
         KeySpec(name: "announce_joins") { c, v throws(ValueError) in
             c.rooms.announceJoins = try boolean(v)
+        },
+        KeySpec(name: "history") { c, v throws(ValueError) in
+            c.rooms.history = try integer(v, 0...10_000)
+        },
+        KeySpec(name: "history_bytes") { c, v throws(ValueError) in
+            c.rooms.historyBytes = try size(v, 1_024...67_108_864)
         },
     ])
 }

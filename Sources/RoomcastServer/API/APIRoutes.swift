@@ -129,7 +129,29 @@ extension Server {
             return "{\"id\": \(id), \"name\": \(jsonStringLiteral(relay.name(of: id))), \"sub\": \(sub), \"addr\": \(jsonStringLiteral(table.address(of: id)))}"
         }.joined(separator: ", ")
         let next = ids.count > n ? "\"\(page.last!)\"" : "null"
-        return .json("{\"room\": \(jsonStringLiteral(room.string)), \"viewers\": \(viewers(of: room)), \"members\": [\(list)], \"next_cursor\": \(next)}")
+        let (remote, remoteNext) = remoteMembersJSON(room, limit: n, after: items["remote_cursor"] ?? [])
+        return .json("{\"room\": \(jsonStringLiteral(room.string)), \"viewers\": \(viewers(of: room)), \"members\": [\(list)], "
+                     + "\"next_cursor\": \(next), \"remote_members\": [\(remote)], \"remote_next_cursor\": \(remoteNext)}")
+    }
+
+    /// The members of other daemons of the cluster in `room` that this
+    /// daemon tracks (their joins reached it: rooms with members here), by
+    /// daemon and address, `limit` after `after` (`DAEMON/ADDR`, the last
+    /// of the previous page): `{"daemon", "name", "sub", "addr"}` each,
+    /// `sub` the one their daemon sent in the envelope (docs/protocol.md
+    /// §12; `null`: none, or a daemon that sends only version 1).
+    private func remoteMembersJSON(_ room: RoomName, limit n: Int, after: [UInt8]) -> (list: String, next: String) {
+        guard let cluster else { return ("", "null") }
+        func key(_ origin: UInt64, _ address: String) -> [UInt8] { Array("\(ClusterEnvelope.hex(origin))/\(address)".utf8) }
+        let all = cluster.remote.members(in: room).filter { after.isEmpty || after.lexicographicallyPrecedes(key($0.origin, $0.address)) }
+        let page = all.prefix(n)
+        let list = page.map { m in
+            let name = (try? UserInfo(protobuf: m.member.identity))?.name ?? ""
+            return "{\"daemon\": \"\(ClusterEnvelope.hex(m.origin))\", \"name\": \(jsonStringLiteral(name)), "
+                + "\"sub\": \(m.member.sub.map(jsonStringLiteral) ?? "null"), \"addr\": \(jsonStringLiteral(m.address))}"
+        }.joined(separator: ", ")
+        let next = all.count > n ? jsonStringLiteral(percentEncoded(key(page.last!.origin, page.last!.address))) : "null"
+        return (list, next)
     }
 
     func jsonBody(_ body: [UInt8]) throws(APIError) -> JSONValue {

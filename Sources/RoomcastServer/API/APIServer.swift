@@ -164,17 +164,10 @@ extension Server {
     static func listenUnix(_ path: String) throws(SystemError) -> Int32 {
         var st = stat()
         if lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK { unlink(path) }
+        guard let address = SocketAddress.unix(path: path) else { throw SystemError("bind unix:\(path)", errno: ENAMETOOLONG) }
         let fd = try Sys.blocking("socket") { Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0) }
-        var addr = sockaddr_un()
-        addr.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
-            for (i, b) in bytes.enumerated() where i < raw.count - 1 { raw[i] = b }
-        }
         do throws(SystemError) {
-            _ = try Sys.blocking("bind unix:\(path)") {
-                withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
-            }
+            _ = try Sys.blocking("bind unix:\(path)") { address.withSockaddr { Glibc.bind(fd, $0, $1) } }
             chmod(path, 0o666)
             _ = try Sys.blocking("listen unix:\(path)") { Glibc.listen(fd, 128) }
             return fd

@@ -30,6 +30,8 @@ extension Server {
         family("start_info", "gauge", "How this process started: fresh, handover (a restart that kept the connections) or crash (recovered).",
                [("{from=\"\(handOver.startedFrom)\"}", 1)])
         family("auth_refusals_total", "counter", "Frames refused by [auth].", [("", auth.refusals)])
+        family("frames_refused_total", "counter", "Frames from clients refused and relayed nowhere, by reason (the notice's code).",
+               FrameRefusal.allCases.map { ("{reason=\"\($0.label)\"}", relay.refusedByReason[$0]) })
         family("api_connections", "gauge", "Open API connections.", [("", UInt64(api.count))])
         family("api_requests_total", "counter", "API requests answered, by HTTP status.",
                api.requests.keys.sorted().map { ("{code=\"\($0)\"}", api.requests[$0]!) })

@@ -133,6 +133,18 @@ final class ClusterLink: RelayObserver {
     private var countsPayload: [UInt8] = []
     private var lastCountsPayload: [UInt8]?
 
+    /// When the link has been up long enough (`cluster.timeout`: every
+    /// daemon alive was heard since) to know whether all of them read
+    /// envelope version 2 (ms; nil: not up, or settled already).
+    private var subFormAfterMs: UInt64?
+    /// The link has been up for `cluster.timeout` since it last came up.
+    private(set) var settledForSub = false
+    /// Frames go out in envelope version 2, with their sender's sub: only
+    /// while every daemon heard reads it (docs/protocol.md §12).
+    var sendsSub: Bool { settledForSub && remote.legacyReaders == 0 }
+    /// The form last said in the log (`noteEnvelopeForm`).
+    private var saidSendsSub = false
+
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     private var envelope: [UInt8] = []
     var converted: [UInt8] = []
@@ -313,12 +325,26 @@ final class ClusterLink: RelayObserver {
             return
         }
         ClusterEnvelope.encode(kind: kind, origin: origin, stream: next.stream, seq: next.seq, room: room,
-                               address: server.table.address(of: sender), frame: frame, into: &envelope)
+                               address: server.table.address(of: sender), sub: sendsSub ? sub(of: sender, frame) : nil,
+                               frame: frame, into: &envelope)
         if publisher.publish(next.channel, envelope, nowMs: self.nowMs) {
             published &+= 1
         } else {
             dropped &+= 1
         }
+    }
+
+    /// The verified sub a frame of `sender` goes out with: the one it
+    /// holds, or for the join of a token it is proving now (the relay's
+    /// broadcast comes before the connection holds it) that token's; the
+    /// leave of its old room in that same turn keeps the old one.
+    private func sub(of sender: Int, _ frame: UnsafeRawBufferPointer) -> String {
+        if let j = server.joining, j.id == sender,
+           case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: byteOrder, maxFrameBytes: Int.max),
+           type == server.config.protocol.joinType {
+            return j.sub
+        }
+        return server.table.sub(of: sender)
     }
 
     // MARK: - The loop's hooks
@@ -385,6 +411,7 @@ final class ClusterLink: RelayObserver {
         if now >= nextHeartbeatMs {
             sendHeartbeat(now: now)
             expireSilentDaemons(now: now)
+            noteEnvelopeForm()
         }
         if now >= nextCountsMs { publishCounts(now: now) }
         expireOverdueReturns(now: now)
@@ -407,11 +434,37 @@ final class ClusterLink: RelayObserver {
         }
     }
 
+    /// Says in the log when the form of the frames sent changes (checked
+    /// at each heartbeat; the form itself follows `sendsSub` at once): a
+    /// rolling upgrade is over when every daemon reads version 2.
+    private func noteEnvelopeForm() {
+        let now = sendsSub
+        guard now != saidSendsSub else { return }
+        saidSendsSub = now
+        if now {
+            logger.info("cluster: every daemon heard reads envelope version 2: frames go out with their sender's sub",
+                        ["REASON": "cluster_envelope_v2", "REDIS": address.description])
+        } else {
+            let old = remote.daemons.filter { !$0.value.readsSub }.keys.sorted().prefix(4).map { ClusterEnvelope.hex($0) }
+            logger.info("cluster: frames go out in envelope version 1, without their sender's sub"
+                        + (old.isEmpty ? " (Redis was lost)" : ": daemon \(old.joined(separator: ", ")) reads only that"),
+                        ["REASON": "cluster_envelope_v1", "REDIS": address.description])
+        }
+    }
+
     /// Our heartbeat, to ourselves (the proof Redis relays) and to the others.
     private func sendHeartbeat(now: UInt64) {
         heartbeatSeq &+= 1
-        ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
-                               frame: UnsafeRawBufferPointer(start: nil, count: 0), into: &envelope)
+        if let after = subFormAfterMs, now >= after {
+            subFormAfterMs = nil
+            settledForSub = true
+        }
+        // The versions this daemon reads, where the frame would be: a
+        // version 1 decoder takes a heartbeat's frame bytes and ignores them.
+        ClusterEnvelope.readableVersions.withUnsafeBytes {
+            ClusterEnvelope.encode(kind: .heartbeat, origin: origin, stream: 0, seq: heartbeatSeq, room: RoomName(bytes: []), address: "",
+                                   frame: $0, into: &envelope)
+        }
         _ = publisher.publish(heartbeatChannel, envelope, nowMs: now)
         _ = publisher.publish(channels.daemons, envelope, nowMs: now)
         nextHeartbeatMs = now + max(1, settings.timeoutMs / 4)
@@ -524,6 +577,8 @@ final class ClusterLink: RelayObserver {
 
     /// The first of the two connections lost since the cluster was up: one warning.
     private func wentDown(_ c: RedisConnection, _ reason: String, now: UInt64) {
+        settledForSub = false  // who is in the cluster is learnt again once it is back
+        subFormAfterMs = nil
         guard downSince == nil else { return }
         downSince = (now, dropped, gaps)
         attemptsWhileDown = 0
@@ -547,6 +602,7 @@ final class ClusterLink: RelayObserver {
         // is heard, what changed before is in the hash (ClusterModeration.swift).
         loadModeration()
         remote.heardAll(nowMs: now)  // nobody could be heard while this daemon was cut off
+        subFormAfterMs = now + settings.timeoutMs
         let fields: KeyValuePairs<String, String> = ["REASON": "cluster_up", "REDIS": address.description]
         if !everUp {
             everUp = true

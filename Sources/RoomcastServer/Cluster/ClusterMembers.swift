@@ -25,6 +25,9 @@ struct RemoteDaemons {
         var room: RoomName
         /// The UserInfo body of its last join (docs/protocol.md §4).
         var identity: [UInt8]
+        /// The verified sub its daemon sent with that join (docs/protocol.md
+        /// §12, envelope version 2); nil: none, or its daemon sent version 1.
+        var sub: String? = nil
     }
 
     struct Daemon {
@@ -32,6 +35,9 @@ struct RemoteDaemons {
         /// It heartbeats on the daemons channel: only such a daemon can be
         /// found silent (one of a version before that channel never is).
         var announces = false
+        /// Its heartbeats advertise envelope version 2 (the sender's sub):
+        /// a daemon not heard yet, or one of an older release, reads only 1.
+        var readsSub = false
         var members: [String: Member] = [:]
         /// Its members per room, from its last `counts` message, and when that came (ms).
         var counts: [RoomName: Int] = [:]
@@ -50,6 +56,9 @@ struct RemoteDaemons {
     }
 
     private(set) var daemons: [UInt64: Daemon] = [:]
+    /// Daemons known that do not read envelope version 2: while any is,
+    /// frames go out in version 1 (`ClusterLink.sendsSub`).
+    private(set) var legacyReaders = 0
     private(set) var memberCount = 0
     /// Members per room over every other daemon (the sum of their `counts`).
     private(set) var viewers: [RoomName: Int] = [:]
@@ -59,18 +68,26 @@ struct RemoteDaemons {
 
     /// `origin`'s members per room, replacing what it said before.
     mutating func setCounts(_ origin: UInt64, _ counts: [RoomName: Int], nowMs: UInt64) {
-        if daemons[origin] == nil { daemons[origin] = Daemon(lastHeardMs: nowMs) }
+        ensure(origin, nowMs: nowMs)
         subtractCounts(daemons[origin]!.counts)
         for (room, n) in counts { viewers[room, default: 0] += n }
         daemons[origin]!.counts = counts
         daemons[origin]!.countsAtMs = nowMs
     }
 
-    /// Counts older than `countsMaxAgeMs` at `nowMs` drop out of `viewers`.
+    /// Counts older than `countsMaxAgeMs` at `nowMs` drop out of `viewers`;
+    /// a daemon left with nothing (never heard on the daemons channel, no
+    /// members tracked, no counts: what a message arriving after its bye
+    /// leaves) is forgotten, so that it does not hold the cluster to
+    /// envelope version 1 forever.
     mutating func expireCounts(nowMs: UInt64) {
         for (origin, d) in daemons where !d.counts.isEmpty && nowMs &- d.countsAtMs > Self.countsMaxAgeMs {
             subtractCounts(d.counts)
             daemons[origin]!.counts = [:]
+        }
+        for (origin, d) in daemons where !d.announces && d.members.isEmpty && d.counts.isEmpty && returning[origin] == nil {
+            daemons[origin] = nil
+            if !d.readsSub { legacyReaders -= 1 }
         }
     }
 
@@ -81,12 +98,27 @@ struct RemoteDaemons {
         }
     }
 
-    /// `origin`'s heartbeat on the daemons channel: it is alive.
+    /// A daemon first known now (a heartbeat, a frame, its counts): it
+    /// reads only version 1 until a heartbeat of it says otherwise.
+    private mutating func ensure(_ origin: UInt64, nowMs: UInt64) {
+        guard daemons[origin] == nil else { return }
+        daemons[origin] = Daemon(lastHeardMs: nowMs)
+        legacyReaders += 1
+    }
+
+    /// `origin`'s heartbeat on the daemons channel: it is alive, and reads
+    /// envelope version 2 when `readsSub` (its advertisement, which may
+    /// change: a daemon downgraded under the same origin stops reading it).
     /// - Returns: the hand-over it came back from, if it was awaited.
     @discardableResult
-    mutating func heard(_ origin: UInt64, nowMs: UInt64) -> Return? {
-        daemons[origin, default: Daemon(lastHeardMs: nowMs)].lastHeardMs = nowMs
+    mutating func heard(_ origin: UInt64, readsSub: Bool = false, nowMs: UInt64) -> Return? {
+        ensure(origin, nowMs: nowMs)
+        daemons[origin]!.lastHeardMs = nowMs
         daemons[origin]!.announces = true
+        if daemons[origin]!.readsSub != readsSub {
+            daemons[origin]!.readsSub = readsSub
+            legacyReaders += readsSub ? -1 : 1
+        }
         return returning.isEmpty ? nil : returning.removeValue(forKey: origin)
     }
 
@@ -94,7 +126,8 @@ struct RemoteDaemons {
     /// restart), or gone (a stop). A second hand-over before it is heard
     /// (a restart while the restarted process starts) moves the deadline.
     mutating func handingOver(_ origin: UInt64, graceMs: UInt64, nowMs: UInt64) {
-        daemons[origin, default: Daemon(lastHeardMs: nowMs)].lastHeardMs = nowMs
+        ensure(origin, nowMs: nowMs)
+        daemons[origin]!.lastHeardMs = nowMs
         daemons[origin]!.announces = true
         returning[origin] = Return(sinceMs: returning[origin]?.sinceMs ?? nowMs, byMs: nowMs + graceMs)
     }
@@ -109,15 +142,16 @@ struct RemoteDaemons {
         return late.map { (origin: $0.key, awaited: $0.value) }
     }
 
-    /// A join relayed here: `address` of `origin` is in `room` as `identity`.
+    /// A join relayed here: `address` of `origin` is in `room` as
+    /// `identity`, with the verified `sub` its envelope carried (nil: none).
     /// - Returns: false when it is not tracked (over `maxMembers`).
-    mutating func joined(_ origin: UInt64, address: String, room: RoomName, identity: [UInt8], nowMs: UInt64) -> Bool {
-        if daemons[origin] == nil { daemons[origin] = Daemon(lastHeardMs: nowMs) }
+    mutating func joined(_ origin: UInt64, address: String, room: RoomName, identity: [UInt8], sub: String? = nil, nowMs: UInt64) -> Bool {
+        ensure(origin, nowMs: nowMs)
         if daemons[origin]!.members[address] == nil {
             guard memberCount < Self.maxMembers else { return false }
             memberCount += 1
         }
-        daemons[origin]!.members[address] = Member(room: room, identity: identity)
+        daemons[origin]!.members[address] = Member(room: room, identity: identity, sub: sub)
         return true
     }
 
@@ -141,9 +175,20 @@ struct RemoteDaemons {
     mutating func remove(_ origin: UInt64) -> [String: Member] {
         returning[origin] = nil
         guard let d = daemons.removeValue(forKey: origin) else { return [:] }
+        if !d.readsSub { legacyReaders -= 1 }
         memberCount -= d.members.count
         subtractCounts(d.counts)
         return d.members
+    }
+
+    /// The members of other daemons tracked in `room` (those in rooms with
+    /// members here), ordered by daemon and address. O(members tracked).
+    func members(in room: RoomName) -> [(origin: UInt64, address: String, member: Member)] {
+        var out: [(origin: UInt64, address: String, member: Member)] = []
+        for (origin, d) in daemons {
+            for (address, m) in d.members where m.room == room { out.append((origin, address, m)) }
+        }
+        return out.sorted { $0.origin != $1.origin ? $0.origin < $1.origin : Array($0.address.utf8).lexicographicallyPrecedes(Array($1.address.utf8)) }
     }
 
     /// Whether a daemon other than `origin` has `address` in `room` (the
@@ -172,11 +217,14 @@ struct RemoteDaemons {
 extension ClusterLink {
     /// A frame of `origin` delivered to `room` here: joins and leaves keep
     /// the member list of that daemon (the frame's header in `order`).
-    func track(_ frame: UnsafeRawBufferPointer, order: ByteOrder, origin: UInt64, address: String, room: RoomName) {
+    func track(_ frame: UnsafeRawBufferPointer, order: ByteOrder, origin: UInt64, address: String, sub: UnsafeRawBufferPointer,
+               room: RoomName) {
         guard case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max) else { return }
         let p = server.config.protocol
         if type == p.joinType {
-            if !remote.joined(origin, address: address, room: room, identity: Array(frame[FrameCodec.headerSize...]), nowMs: nowMs),
+            let verified = sub.isEmpty ? nil : String(decoding: sub, as: UTF8.self)
+            if !remote.joined(origin, address: address, room: room, identity: Array(frame[FrameCodec.headerSize...]), sub: verified,
+                              nowMs: nowMs),
                !remoteOverflowSaid {
                 remoteOverflowSaid = true
                 logger.warning("cluster: \(RemoteDaemons.maxMembers) members of other daemons tracked; the joins of more are not, "
@@ -260,10 +308,12 @@ extension ClusterLink {
                     ["ORIGIN": ClusterEnvelope.hex(origin), "REASON": "cluster_daemon_handing_over"])
     }
 
-    /// A heartbeat of `origin` on the daemons channel.
-    func heardDaemon(_ origin: UInt64) {
+    /// A heartbeat of `origin` on the daemons channel (`advert`: the
+    /// envelope versions it reads, its frame bytes).
+    func heardDaemon(_ origin: UInt64, advert: UnsafeRawBufferPointer) {
         let now = nowMs
-        guard let back = remote.heard(origin, nowMs: now) else { return }
+        let readsSub = ClusterEnvelope.reads(ClusterEnvelope.versionWithSub, advert: advert)
+        guard let back = remote.heard(origin, readsSub: readsSub, nowMs: now) else { return }
         logger.info("cluster: daemon \(ClusterEnvelope.hex(origin)) is back \(now - back.sinceMs) ms after its hand-over (a restart)",
                     ["ORIGIN": ClusterEnvelope.hex(origin), "REASON": "cluster_daemon_back", "GAP_MS": String(now - back.sinceMs)])
     }

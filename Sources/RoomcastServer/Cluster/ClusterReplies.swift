@@ -68,7 +68,7 @@ extension ClusterLink {
         }
         guard let channelRoom else {
             switch v.kind {
-            case .heartbeat: heardDaemon(v.origin)
+            case .heartbeat: heardDaemon(v.origin, advert: v.frame)
             case .bye: departed(v.origin, "stopped (it said bye)")
             case .counts:
                 if let counts = ClusterCounts.decode(v.frame) {
@@ -112,13 +112,45 @@ extension ClusterLink {
         }
         received &+= 1
         let sender = String(decoding: v.address, as: UTF8.self)
-        track(v.frame, order: v.kind == .littleEndianFrame ? .little : .big, origin: v.origin, address: sender, room: room)
+        let order: ByteOrder = v.kind == .littleEndianFrame ? .little : .big
+        track(v.frame, order: order, origin: v.origin, address: sender, sub: v.sub, room: room)
+        if !v.sub.isEmpty && server.moderation.count > 0 && moderatedRemote(v.frame, order: order, from: v.origin, sub: v.sub, room: room) {
+            return  // logged there
+        }
         if v.kind == kind {
             server.deliverFromCluster(v.frame, room: room, address: sender)
         } else {
             ClusterEnvelope.convertHeader(v.frame, from: byteOrder == .little ? .big : .little, to: byteOrder, into: &converted)
             _ = converted.withUnsafeBytes { server.deliverFromCluster($0, room: room, address: sender) }
         }
+    }
+
+    /// Whether a frame of another daemon is one its sender may not send in
+    /// `room` by this daemon's moderation state: anything but a join, a
+    /// leave or a heartbeat from a sub muted or banned there (its own
+    /// daemon refuses these too, but may not have heard of the mute yet).
+    /// A frame in envelope version 1 has no sub and is never held back
+    /// (docs/protocol.md §12).
+    func moderatedRemote(_ frame: UnsafeRawBufferPointer, order: ByteOrder, from origin: UInt64, sub: UnsafeRawBufferPointer,
+                         room: RoomName) -> Bool {
+        guard case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max) else { return false }
+        let p = server.config.protocol
+        guard type != p.joinType && type != p.leaveType && type != p.heartbeatType else { return false }
+        let wall = server.wallClock(), bytes = Array(sub)
+        let what: String
+        if server.moderation.active(ModerationKey(.mute, room: room, sub: bytes), wallMs: wall) != nil {
+            what = "muted"
+        } else if server.moderation.active(ModerationKey(.ban, room: room, sub: bytes), wallMs: wall) != nil {
+            what = "banned"
+        } else {
+            return false
+        }
+        let shown = clipForLog(String(decoding: sub, as: UTF8.self), maxBytes: 64)
+        logger.peerWarning(reason: "cluster_moderated", nowMs: nowMs,
+                           "cluster: dropped a frame of type \(type) from daemon \(ClusterEnvelope.hex(origin)) to \(room): "
+                           + "its sender's sub '\(shown)' is \(what) there",
+                           ["ROOM": room.string, "USER_SUB": shown, "ORIGIN": ClusterEnvelope.hex(origin)])
+        return true
     }
 
 }

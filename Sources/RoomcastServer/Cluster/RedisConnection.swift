@@ -135,28 +135,21 @@ final class RedisConnection {
     /// - Returns: nil once the connect is under way, or why it could not start.
     func connect(_ address: RedisAddress, nowMs: UInt64) -> String? {
         precondition(fd < 0)
-        let family: Int32
-        var sockaddrBytes: [UInt8]
+        let target: SocketAddress
         switch address {
         case .tcp(let host, let port, _):
             guard let a = try? SocketAddress.resolve(host: host, port: port, numericHost: true).first else {
                 return "\(host) is not a numeric address"
             }
-            family = a.family
-            sockaddrBytes = a.bytes
+            target = a
         case .unix(let path):
-            var un = sockaddr_un()
-            un.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &un.sun_path) { $0.copyBytes(from: path.utf8.prefix($0.count - 1)) }
-            family = AF_UNIX
-            sockaddrBytes = withUnsafeBytes(of: &un) { Array($0) }
+            guard let a = SocketAddress.unix(path: path) else { return "unix:\(path): the path is too long" }
+            target = a
         }
-        let s = socket(family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        let s = socket(target.family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard s >= 0 else { return "socket: \(String(cString: strerror(errno)))" }
-        if family != AF_UNIX { _ = Sys.setOption(s, Int32(IPPROTO_TCP), TCP_NODELAY, 1) }
-        let rc = sockaddrBytes.withUnsafeBytes {
-            Glibc.connect(s, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
-        }
+        if target.family != AF_UNIX { _ = Sys.setOption(s, Int32(IPPROTO_TCP), TCP_NODELAY, 1) }
+        let rc = target.withSockaddr { Glibc.connect(s, $0, $1) }
         if rc != 0 && errno != EINPROGRESS {
             let reason = String(cString: strerror(errno))
             Sys.close(s)

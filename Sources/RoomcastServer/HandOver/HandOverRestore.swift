@@ -191,7 +191,12 @@ extension Server {
             subprotocol: ws.subprotocol, echo: ws.echo,
             decoder: WebSocketDecoder(maxMessageBytes: config.webSocket.maxMessageBytes, carried: ws.decoder))
         if ws.upgraded {
-            heartbeats.untrack(id)  // `open` counted an upgrade from now
+            // `open` counted an upgrade from now: it is done, so its silence is
+            // watched from now as any upgraded connection's (`restore` then puts
+            // back the deadline it had left, if there was one; with
+            // `heartbeat.timeout = 0` there is none, and the connection must
+            // still be tracked for its proof of life to have a slot).
+            heartbeats.webSocketUpgraded(id, nowMs: now)
             if !ws.echo {
                 table.fanout.outboxes[id].webSocketForm = ws.subprotocol
                 relay.connect(id)  // `open` leaves an upgrading connection out of the relay; `relay.restore` puts it in its room

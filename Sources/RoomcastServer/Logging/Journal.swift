@@ -79,7 +79,8 @@ final class JournalSocket {
 
     let path: String
     private let fd: Int32
-    private var address = sockaddr_un()
+    /// nil when `path` does not fit `sun_path`: every send fails (ENAMETOOLONG).
+    private let address: SocketAddress?
 
     enum Outcome: Equatable {
         case sent
@@ -92,11 +93,7 @@ final class JournalSocket {
     init(path: String) {
         self.path = path
         fd = (try? Sys.blocking("socket") { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0) }) ?? -1
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        if bytes.count < MemoryLayout.size(ofValue: address.sun_path) {
-            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        }
+        address = SocketAddress.unix(path: path)
         _ = connect()  // failing here is retried with the first record
     }
 
@@ -106,12 +103,9 @@ final class JournalSocket {
     /// a socket file nobody listens on).
     private func connect() -> Int32 {
         guard fd >= 0 else { return EBADF }
+        guard let address else { return ENAMETOOLONG }
         do {
-            _ = try Sys.blocking("connect") {
-                withUnsafePointer(to: &address) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-                }
-            }
+            _ = try Sys.blocking("connect") { address.withSockaddr { Glibc.connect(fd, $0, $1) } }
             return 0
         } catch {
             return error.errno

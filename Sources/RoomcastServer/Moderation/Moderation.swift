@@ -24,7 +24,7 @@ extension Server {
         guard moderation.count > 0 else { return false }
         let wall = wallClock()
         guard let ban = moderation.active(ModerationKey(.ban, room: RoomName(room), sub: Array(sub.utf8)), wallMs: wall) else { return false }
-        refuseModerated(id, "banned", "banned from \(clipForLog(room, maxBytes: 64))" + (ban.reason.isEmpty ? "" : ": \(clipForLog(ban.reason, maxBytes: 128))"),
+        refuseModerated(id, .banned, "banned from \(clipForLog(room, maxBytes: 64))" + (ban.reason.isEmpty ? "" : ": \(clipForLog(ban.reason, maxBytes: 128))"),
                         retryAfterMs: ban.untilMs - wall, now: now)
         return true
     }
@@ -36,7 +36,7 @@ extension Server {
         guard moderation.count > 0, let room = relay.roomName(of: id) else { return false }
         let wall = wallClock()
         guard let mute = moderation.active(ModerationKey(.mute, room: room, sub: Array(session.claims.sub.utf8)), wallMs: wall) else { return false }
-        refuseModerated(id, "muted", "muted in \(clipForLog(room.string, maxBytes: 64))" + (mute.reason.isEmpty ? "" : ": \(clipForLog(mute.reason, maxBytes: 128))"),
+        refuseModerated(id, .muted, "muted in \(clipForLog(room.string, maxBytes: 64))" + (mute.reason.isEmpty ? "" : ": \(clipForLog(mute.reason, maxBytes: 128))"),
                         retryAfterMs: mute.untilMs - wall, now: now)
         return true
     }
@@ -52,7 +52,7 @@ extension Server {
         if let role = table.slots[id]!.auth?.claims.role, role != .viewer { return true }
         let interval = UInt64(seconds) * 1000
         if let last = table.slots[id]!.lastTextMs, now &- last < interval {
-            refuseModerated(id, "slow_mode", "slow mode in \(clipForLog(room.string, maxBytes: 64)): one text every \(seconds) s",
+            refuseModerated(id, .slowMode, "slow mode in \(clipForLog(room.string, maxBytes: 64)): one text every \(seconds) s",
                             retryAfterMs: Int64(interval - (now &- last)), now: now)
             return false
         }
@@ -61,9 +61,11 @@ extension Server {
     }
 
     /// Tells `id` why its frame was not relayed; logged at most once per
-    /// address per minute (as `[auth]` refusals), never counted as a violation.
-    func refuseModerated(_ id: Int, _ code: String, _ text: String, retryAfterMs: Int64, now: UInt64) {
-        moderationRefusals &+= 1
+    /// address per minute (as `[auth]` refusals), never counted as a
+    /// violation; counted by reason (`roomcast_frames_refused_total`).
+    func refuseModerated(_ id: Int, _ reason: FrameRefusal, _ text: String, retryAfterMs: Int64, now: UInt64) {
+        relay.countRefused(reason)
+        let code = reason.label
         sendNotice(id, Notice(code: code, text: text, retryAfterMs: max(retryAfterMs, 1)))
         let address = table.address(of: id)
         if auth.shouldLog(address, nowMs: now) {

@@ -18,9 +18,9 @@ struct ModerationBook {
     /// The longest ban or mute, in s (14 days; docs/api.md).
     static let maxSeconds = 1_209_600
     /// The longest reason, in bytes of UTF-8.
-    static let maxReasonBytes = 512
+    static let maxReasonBytes = ModerationRecord.maxReasonBytes
     /// Slow mode's interval: 0 (off) or 3 ... 120 s (docs/api.md).
-    static let slowModeRange = 3...120
+    static let slowModeRange = ModerationRecord.slowModeRange
     /// How long a removal is remembered, in ms: a load from Redis that was
     /// sent before the removal reached it must not bring the entry back.
     static let rememberRemovalMs: Int64 = 60_000

@@ -93,6 +93,12 @@ final class ConnectionTable {
         slots.indices.contains(id) ? slots[id]?.address ?? "" : ""
     }
 
+    /// The verified sub of connection `id` (signed joins, docs/protocol.md
+    /// §13); "" for none, or for an id that is no connection (an API publish).
+    func sub(of id: Int) -> String {
+        slots.indices.contains(id) ? slots[id]?.auth?.claims.sub ?? "" : ""
+    }
+
     /// The ids of every connection in use.
     var ids: [Int] { slots.indices.filter { slots[$0] != nil } }
 }

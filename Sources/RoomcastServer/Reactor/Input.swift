@@ -203,7 +203,9 @@ extension Server {
             }
         }
         if type == FrameKind.textType { guard slowModeAllows(id, type: type, now: now) else { return } }
+        if let session { joining = (id, session.claims.sub) }
         let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
+        if session != nil { joining = nil }  // only around a signed join: every other frame leaves it alone
         if case .rejected = event { handleRejected(id, event, type: type, now: now) }
         else {
             if let session, case .joined = event { commitSession(id, session) }

@@ -73,6 +73,11 @@ public final class Server {
     var listeners = Listeners()
     let table: ConnectionTable
     var relay: Relay
+    /// While the relay handles a signed join: the joining connection and
+    /// the sub of the token it just proved, which the connection holds
+    /// only once the relay has joined it (`commitSession`). The cluster
+    /// publishes that join with this sub (docs/protocol.md §12).
+    var joining: (id: Int, sub: String)?
     var heartbeats: Heartbeats
     var status = StatusReporter()
     /// Signed joins (`[auth]`, Auth/AuthGate.swift): keys, expiries, counters.
@@ -110,8 +115,6 @@ public final class Server {
     /// Bans, mutes and slow mode (Moderation/), and the last change's wall-clock stamp (ms).
     var moderation: ModerationBook
     var lastModerationStamp: Int64 = 0
-    /// Frames refused by a ban, a mute or slow mode.
-    var moderationRefusals: UInt64 = 0
     /// `[rooms] counts`: what each room was last told (Rooms/ViewerNotices.swift).
     var viewerCounts = ViewerCountSweep()
 

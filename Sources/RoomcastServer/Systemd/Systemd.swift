@@ -114,19 +114,13 @@ public struct Systemd {
 /// and sent by `flush()` once there is room, older ones first.
 final class NotifyChannel {
     private let fd: Int32
-    private var address = sockaddr_un()
-    private let length: socklen_t
+    private let address: SocketAddress
     private(set) var pending = PendingNotifications()
 
     init?(address text: String) {
-        var path = Array(text.utf8)
-        guard let first = path.first, first == UInt8(ascii: "/") || first == UInt8(ascii: "@") else { return nil }
-        if first == UInt8(ascii: "@") { path[0] = 0 }
-        // A path needs its NUL terminator inside sun_path; an abstract name does not.
-        guard path.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path) }
-        length = socklen_t(MemoryLayout<sa_family_t>.size + path.count + (first == UInt8(ascii: "@") ? 0 : 1))
+        guard let first = text.utf8.first, first == UInt8(ascii: "/") || first == UInt8(ascii: "@"),
+              let address = SocketAddress.unix(path: text) else { return nil }
+        self.address = address
         guard let fd = try? Sys.blocking("socket", { socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue), 0) }) else { return nil }
         self.fd = fd
     }
@@ -162,9 +156,7 @@ final class NotifyChannel {
         guard !hasPending else { return .wouldBlock }
         let message = Array(state.utf8)
         let result = message.withUnsafeBytes { bytes in
-            withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Sys.sendDescriptors(fd, bytes, fds, to: $0, length: length, flags: Int32(MSG_DONTWAIT)) }
-            }
+            address.withSockaddr { Sys.sendDescriptors(fd, bytes, fds, to: $0, length: $1, flags: Int32(MSG_DONTWAIT)) }
         }
         switch result {
         case .done: return .sent
@@ -182,11 +174,7 @@ final class NotifyChannel {
         do {
             let r = try Sys.call("sendto") {
                 message.withUnsafeMutableBytes { bytes in
-                    withUnsafePointer(to: &address) {
-                        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                            sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), $0, length)
-                        }
-                    }
+                    address.withSockaddr { sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), $0, $1) }
                 }
             }
             guard case .done = r else { return .wouldBlock }

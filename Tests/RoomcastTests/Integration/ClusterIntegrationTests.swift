@@ -8,11 +8,14 @@ import RoomcastCore
 import Testing
 
 /// A daemon of cluster `name` on `redis`, with a JSON listener, and its link up.
-func clusterDaemon(_ redis: RedisServer, name: String, _ settings: [String: String] = [:]) throws -> Daemon {
+/// - Parameter address: where the daemon says it connected (`[cluster]
+///   redis` as given in `settings`; the server's TCP address by default).
+func clusterDaemon(_ redis: RedisServer, name: String, _ settings: [String: String] = [:], address: String? = nil) throws -> Daemon {
     let d = try Daemon(["cluster.redis": redis.address, "cluster.name": name, "json.listen": "127.0.0.1:0"]
         .merging(settings) { $1 })
-    guard d.stderr.wait(for: "cluster: connected to Redis at \(redis.address)", timeout: .seconds(10)) else {
-        throw HarnessError("the daemon did not connect to Redis at \(redis.address):\n\(d.stderr.current)")
+    let address = address ?? redis.address
+    guard d.stderr.wait(for: "cluster: connected to Redis at \(address)", timeout: .seconds(10)) else {
+        throw HarnessError("the daemon did not connect to Redis at \(address):\n\(d.stderr.current)")
     }
     return d
 }
@@ -123,6 +126,27 @@ struct ClusterIntegrationTests {
         for (i, d) in daemons.enumerated() {
             #expect(d.stderr.line(with: ["cluster_gap"]) == nil, "daemon \(i) counted a gap")
         }
+    }
+
+    @Test("[cluster] redis = unix:/PATH: two daemons on Redis's Unix socket relay to each other")
+    func redisOverUnixSocket() throws {
+        let directory = try TempDirectory()
+        let path = directory.path + "/redis.sock"
+        let redis = try RedisServer(arguments: ["--unixsocket", path, "--unixsocketperm", "700"])
+        let daemons = try (0..<2).map { _ in try clusterDaemon(redis, name: "unix", ["cluster.redis": "unix:" + path], address: "unix:" + path) }
+        let a = try daemons[0].connect(), b = try daemons[1].connect()
+        // Both are in the default room (lobby) from their connect on.
+        #expect(redis.waitForSubscribers("roomcast:unix:room:lobby", 2))
+        let au = Wire.user("ann", room: "lobby"), bu = Wire.user("bob", room: "lobby")
+        try b.send(Wire.join(bu))
+        #expect(b.receiveFrame()?.wire == Wire.join(bu))
+        #expect(a.receiveFrame()?.wire == Wire.join(bu), "through Redis's Unix socket")
+        try a.send(Wire.join(au))
+        #expect(a.receiveFrame()?.wire == Wire.join(au))
+        #expect(b.receiveFrame()?.wire == Wire.join(au))
+        try b.send(Wire.text(bu, "over unix"))
+        #expect(b.receiveFrame()?.wire == Wire.text(bu, "over unix"))
+        #expect(a.receiveFrame()?.wire == Wire.text(bu, "over unix"))
     }
 
     @Test("Redis killed and restarted mid-conversation: local relay goes on, cross-daemon relay resumes, losses counted, nothing duplicated")
