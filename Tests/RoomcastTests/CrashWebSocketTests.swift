@@ -101,6 +101,10 @@ struct CrashWebSocketTests {
         let jGot = W.serverFrames(T.drain(j.peer) ?? []).frames
         #expect(jGot.filter { $0.0 == 1 }.contains { String(decoding: $0.1, as: UTF8.self).contains(#""content":"\#(content)""#) },
                 "J gets its message's JSON form: \(jGot.map { String(decoding: $0.1, as: UTF8.self) })")
+        // Under its nickname, as before the crash (it was sent as "" once, and the browser showed ": text").
+        #expect(jGot.filter { $0.0 == 1 }.contains { String(decoding: $0.1, as: UTF8.self).contains(#""from":"jo""#) },
+                "J's message is from jo: \(jGot.map { String(decoding: $0.1, as: UTF8.self) })")
+        #expect((try? ChatMessage(protobuf: xText.first?.1 ?? []))?.user.name == "jo", "X sees jo's name on the text")
         // L completes its frame.
         T.send(l.peer, Array(lFrame[8...]))
         try b.tick()

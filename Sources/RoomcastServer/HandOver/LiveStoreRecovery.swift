@@ -82,7 +82,10 @@ extension Server {
                 r.peerAddress = c.peerAddress
                 r.room = c.room
                 r.identity = c.identity
-                if c.dialect == .json, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
+                // A JSON client's texts are sent under its nickname: the JSON
+                // dialect's and a WebSocket client's on roomcast.json.v1 alike.
+                let speaksJSON = c.dialect == .json || c.webSocket?.subprotocol == .json
+                if speaksJSON, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
                 r.input = c.input
                 r.output = c.torn  // the rest of a frame the client got part of, before anything else
                 r.tornBytes = UInt64(c.torn.count)
