@@ -832,6 +832,7 @@ def test_websocket_socket(t, stage):
     t.check("an LTB text reaches the WebSocket client as msg",
             msg == {"cmd": "msg", "from": "alice", "content": "hi browser"}, str(msg))
     websocket_restart(t, wport, w, buf, ltb)
+    websocket_crash(t, wport, w, ltb)
     disable_socket(t, "roomcastd-websocket.socket", "websocket", w, ltb)
 
 
@@ -885,6 +886,73 @@ def websocket_restart(t, wport, w, buf, ltb):
                 isinstance(got, bytes) and b"across the restart" in got, repr(got)[:200])
         pong = ws.ping(b"after")
         t.check("it answers a ping after the restart", pong.wait(5), "no pong within 5 s")
+
+
+def websocket_crash(t, wport, w, ltb):
+    """A SIGKILL keeps WebSocket clients too (docs/protocol.md section 15): the
+    raw client `w` (roomcast.json.v1) is in the middle of a fragmented text
+    message when the process is killed, an independent client (Python's
+    websockets, roomcast.ltb.v1) is idle; after the restart the message's
+    last fragment completes it, the LTB client gets it whole, and both
+    WebSocket clients go on without a close or a new upgrade."""
+    from websockets.sync.client import connect
+    from websockets.exceptions import ConnectionClosed
+    with connect(f"ws://127.0.0.1:{wport}/", subprotocols=["roomcast.ltb.v1"], open_timeout=5, ping_interval=None) as ws:
+        join = user_info("carol")
+        ws.send(struct.pack("<IH", len(join), JOIN) + join)
+        try:
+            ws.recv(timeout=5)
+        except (TimeoutError, ConnectionClosed):
+            pass
+        payload = json.dumps({"cmd": "msg", "content": "across the crash"}).encode()
+        mask = os.urandom(4)
+        first = payload[:10]
+        fragment = bytes([0x01, 0x80 | len(first)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(first))
+        # A ping after the first fragment (RFC 6455 allows control frames
+        # between fragments): its pong says the daemon has read, so logged, the fragment.
+        w.settimeout(5)
+        w.sendall(fragment + ws_frame(9, b"logged"))
+        buf, op, body = b"", None, b""
+        try:
+            while op != 10:
+                op, body, buf = ws_read_message(w, buf)
+        except (EOFError, OSError) as e:
+            body = repr(e).encode()
+        t.check("the raw WebSocket client is mid-message: the daemon answered a ping between its fragments",
+                op == 10 and body == b"logged", repr(body)[:200])
+        since = cursor()
+        p = run("systemctl", "kill", "-s", "SIGKILL", UNIT, check=False)
+        t.check("SIGKILL with WebSocket clients connected, one mid-message", p.returncode == 0, p.stderr.strip())
+        restored = eventually(lambda: [r for r in find(journal(after=since), "restored ") if "after a crash" in r.get("MESSAGE", "")],
+                              timeout=15)
+        t.check("the new process restored the WebSocket connections after the crash",
+                any("restored 3 connections" in r.get("MESSAGE", "") for r in restored or []),
+                str([r.get("MESSAGE") for r in restored or []]))
+        rest = payload[10:]
+        w.sendall(bytes([0x80, 0x80 | len(rest)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(rest)))
+        text = None
+        try:
+            while True:
+                frame_type, body = ltb.recv()
+                if frame_type == TEXT and b"across the crash" in body:
+                    text = body
+                    break
+        except (EOFError, OSError) as e:
+            text = repr(e).encode()
+        t.check("the WebSocket message fragmented across the SIGKILL reaches the LTB client whole",
+                text is not None and b"across the crash" in text, repr(text)[:200])
+        got = None
+        try:
+            while True:
+                got = ws.recv(timeout=5)
+                if isinstance(got, bytes) and struct.unpack("<H", got[4:6])[0] == TEXT and b"across the crash" in got:
+                    break
+        except (TimeoutError, ConnectionClosed) as e:
+            got = repr(e)
+        t.check("the websockets client is still connected after the crash (no close) and gets the text",
+                isinstance(got, bytes) and b"across the crash" in got, repr(got)[:200])
+        pong = ws.ping(b"after")
+        t.check("it answers a ping after the crash", pong.wait(5), "no pong within 5 s")
 
 
 class TLSClient(Client):

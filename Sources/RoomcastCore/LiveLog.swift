@@ -8,7 +8,10 @@
 /// (the join's UserInfo), the partial input frame (losing part of a frame
 /// would desynchronise the stream), and the rest of a frame the kernel took
 /// only part of (`torn`: the client must get it whole before anything
-/// else). Owed whole frames, violations and rate limits live only in
+/// else). A WebSocket connection's session (upgrading or upgraded,
+/// subprotocol, `/echo`) and its fragmented message in progress are kept
+/// too, the fragments appended per read (`webSocketFragment`), the 101
+/// answer as `torn` while it is owed. Owed whole frames, violations and rate limits live only in
 /// memory and are lost in a crash (a restart carries them, `HandOverState`).
 ///
 /// A partial input frame is logged as it grows: each read appends only its
@@ -52,6 +55,19 @@ public enum LiveLog {
         case torn = 4
         /// It is gone (its descriptor may still be in the box: close it).
         case close = 5
+        /// A WebSocket connection's session now (docs/protocol.md §15):
+        /// flags u8 (1: upgraded, the 101 answer queued; 2: `/echo`)
+        /// | subprotocol length u8 | subprotocol. An `open` of dialect
+        /// webSocket starts upgrading, before any such record.
+        case webSocket = 7
+        /// Its fragmented message in progress now (RFC 6455 §5.4; opcode 0:
+        /// none): opcode u8 | UTF-8 state (3, `UTF8Validator.packed`)
+        /// | length u32 | payload so far.
+        case webSocketMessage = 8
+        /// Fragments that extend that message, unmasked: opcode u8 | UTF-8
+        /// state after them (3) | length u32 | payload. Appended per read,
+        /// so a message of n fragments costs O(n) log bytes, not O(n²).
+        case webSocketFragment = 9
         /// Its verified claims now (signed joins, docs/protocol.md §13):
         /// length u32 | TokenClaims.json. Numbered apart from the sequence
         /// above, so kinds other changes add there cannot collide with it.
@@ -79,6 +95,10 @@ public enum LiveLog {
         public var torn: [UInt8] = []
         /// The claims of its last accepted token; nil: none (or unreadable: served as tokenless).
         public var authClaims: TokenClaims?
+        /// A WebSocket connection's session and fragmented message (nil for
+        /// the other dialects); its `input` is a partial request head or
+        /// frame, its `torn` the 101 answer while it is owed.
+        public var webSocket: HandOverState.WebSocket?
         public init() {}
     }
 
@@ -122,6 +142,34 @@ public enum LiveLog {
     public static func torn(_ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] { bytesRecord(.torn, serial, bytes) }
 
     public static func close(_ serial: UInt64) -> [UInt8] { record(.close, serial, []) }
+
+    /// A WebSocket connection's phase, subprotocol and `/echo` (Kind.webSocket).
+    public static func webSocket(_ serial: UInt64, upgraded: Bool, subprotocol: WebSocketSubprotocol, echo: Bool) -> [UInt8] {
+        let name = Array(subprotocol.rawValue.utf8.prefix(255))
+        var payload: [UInt8] = [(upgraded ? 1 : 0) | (echo ? 2 : 0), UInt8(name.count)]
+        payload += name
+        return record(.webSocket, serial, payload)
+    }
+
+    /// The whole fragmented message in progress (Kind.webSocketMessage; opcode nil: none).
+    public static func webSocketMessage(_ serial: UInt64, opcode: WebSocketOpcode?, utf8: UTF8Validator, _ payload: some Collection<UInt8>) -> [UInt8] {
+        messageRecord(.webSocketMessage, serial, opcode, utf8, payload)
+    }
+
+    /// Fragments that extend the message in progress (Kind.webSocketFragment).
+    public static func webSocketFragment(_ serial: UInt64, opcode: WebSocketOpcode, utf8: UTF8Validator, _ payload: some Collection<UInt8>) -> [UInt8] {
+        messageRecord(.webSocketFragment, serial, opcode, utf8, payload)
+    }
+
+    private static func messageRecord(_ kind: Kind, _ serial: UInt64, _ opcode: WebSocketOpcode?, _ utf8: UTF8Validator,
+                                      _ bytes: some Collection<UInt8>) -> [UInt8] {
+        var payload: [UInt8] = [opcode?.rawValue ?? 0]
+        payload.reserveCapacity(8 + bytes.count)
+        payload += utf8.packed
+        put(&payload, UInt32(bytes.count))
+        payload += bytes
+        return record(kind, serial, payload)
+    }
 
     /// The verified claims of connection `serial` (Kind.auth).
     public static func auth(_ serial: UInt64, _ claims: TokenClaims) -> [UInt8] { bytesRecord(.auth, serial, claims.json) }
@@ -222,7 +270,30 @@ public enum LiveLog {
                 guard let d = HandOverState.Dialect(rawValue: try p.u8()) else { throw .damaged("unknown dialect") }
                 c.dialect = d
                 c.peerAddress = String(decoding: try p.bytes(Int(try p.u16())), as: UTF8.self)
+                if d == .webSocket { c.webSocket = HandOverState.WebSocket() }
                 live[serial] = c
+            case .webSocket:
+                let flags = try p.u8()
+                let name = String(decoding: try p.bytes(Int(try p.u8())), as: UTF8.self)
+                guard let subprotocol = WebSocketSubprotocol(rawValue: name) else { throw .damaged("unknown WebSocket subprotocol '\(name)'") }
+                guard live[serial]?.webSocket != nil else { break }
+                live[serial]!.webSocket!.upgraded = flags & 1 != 0
+                live[serial]!.webSocket!.echo = flags & 2 != 0
+                live[serial]!.webSocket!.subprotocol = subprotocol
+            case .webSocketMessage, .webSocketFragment:
+                let raw = try p.u8()
+                let opcode = WebSocketOpcode(rawValue: raw)
+                guard raw == 0 || opcode == .text || opcode == .binary else { throw .damaged("a fragmented WebSocket message of opcode \(raw)") }
+                guard let utf8 = UTF8Validator(packed: Array(try p.bytes(3))) else { throw .damaged("a WebSocket UTF-8 state out of range") }
+                let payload = try p.bytes(Int(try p.u32()))
+                guard live[serial]?.webSocket != nil else { break }
+                if Kind(rawValue: kind) == .webSocketMessage {
+                    live[serial]!.webSocket!.decoder.message = Array(payload)
+                } else {
+                    live[serial]!.webSocket!.decoder.message.append(contentsOf: payload)
+                }
+                live[serial]!.webSocket!.decoder.messageOpcode = opcode
+                live[serial]!.webSocket!.decoder.utf8 = utf8
             case .room:
                 let flags = try p.u8()
                 let room = try p.bytes(Int(try p.u32()))

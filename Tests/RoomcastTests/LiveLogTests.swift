@@ -127,3 +127,50 @@ struct LiveLogTests {
         #expect(throws: HandOverState.DecodeError.self) { try Self.replay(Self.log([bad])) }
     }
 }
+
+@Suite("Live log: WebSocket connections (crash path)")
+struct LiveLogWebSocketTests {
+    @Test("a WebSocket connection replays its phase, subprotocol, 101 owed and its fragmented message, fragment by fragment")
+    func webSocketRecords() throws {
+        var utf8 = UTF8Validator()
+        _ = utf8.feed([0xE2, 0x82])  // inside a 3-byte sequence, across fragments
+        let bytes = LiveLogTests.log([
+            LiveLog.open(1, dialect: .webSocket, address: "127.0.0.1:5"),
+            LiveLog.open(2, dialect: .webSocket, address: "127.0.0.1:6"),
+            LiveLog.input(2, Array("GET / HT".utf8)),
+            LiveLog.webSocket(1, upgraded: true, subprotocol: .ltb, echo: false),
+            LiveLog.room(1, room: "lobby", identity: nil),
+            LiveLog.torn(1, Array("HTTP/1.1 101".utf8)),
+            LiveLog.torn(1, []),
+            LiveLog.webSocketFragment(1, opcode: .binary, utf8: UTF8Validator(), [1, 2]),
+            LiveLog.webSocketFragment(1, opcode: .binary, utf8: UTF8Validator(), [3]),
+            LiveLog.webSocketMessage(1, opcode: nil, utf8: UTF8Validator(), []),  // that message ended
+            LiveLog.webSocketFragment(1, opcode: .text, utf8: utf8, [0x61, 0xE2, 0x82]),
+            LiveLog.inputAppend(1, [0x80, 0x02]),
+        ])
+        let live = try LiveLogTests.replay(bytes)
+        let a = try #require(live[1]?.webSocket)
+        #expect(live[1]?.dialect == .webSocket && live[1]?.room == "lobby" && live[1]?.torn == [])
+        #expect(a.upgraded && a.subprotocol == .ltb && !a.echo)
+        #expect(a.decoder.messageOpcode == .text && a.decoder.message == [0x61, 0xE2, 0x82] && a.decoder.utf8 == utf8)
+        #expect(live[1]?.input == [0x80, 0x02])
+        let b = try #require(live[2]?.webSocket)
+        #expect(!b.upgraded && b.decoder.messageOpcode == nil && live[2]?.input == Array("GET / HT".utf8))
+        #expect(live[1]?.webSocket != nil && LiveLog.Connection().webSocket == nil)
+    }
+
+    @Test("a fragment record costs its own bytes only: a message of n fragments is O(n) log bytes")
+    func fragmentsAreAppends() {
+        let chunk = [UInt8](repeating: 7, count: 100)
+        let records = (0..<50).map { _ in LiveLog.webSocketFragment(1, opcode: .binary, utf8: UTF8Validator(), chunk) }
+        #expect(records.allSatisfy { $0.count == 13 + 1 + 3 + 4 + chunk.count })
+    }
+
+    @Test("a WebSocket record of an unknown subprotocol, or a message of a control opcode, is damage")
+    func damaged() {
+        var bad = LiveLog.webSocketMessage(1, opcode: nil, utf8: UTF8Validator(), [])
+        bad[13] = 9  // ping
+        let log = LiveLogTests.log([LiveLog.open(1, dialect: .webSocket, address: "x"), bad])
+        #expect(throws: HandOverState.DecodeError.self) { try LiveLogTests.replay(log) }
+    }
+}

@@ -157,6 +157,13 @@ final class LiveStore {
     }
 }
 
+extension Dialect {
+    /// The dialect as the hand-over state and the live log name it.
+    var handedOver: HandOverState.Dialect {
+        switch self { case .json: .json; case .webSocket: .webSocket; case .ltb: .ltb }
+    }
+}
+
 extension Server {
     /// At start, after any restore: the first generation of box and log,
     /// with every connection there is.
@@ -172,8 +179,8 @@ extension Server {
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true
         cluster?.tracker.tracksChanges = true
-        // Handed-over WebSocket connections stay out, as `liveOpened` keeps new ones out.
-        for id in table.ids where table.slots[id]!.dialect != .webSocket { assignSerial(id) }
+        // TLS connections stay out, as `liveOpened` keeps new ones out.
+        for id in table.ids where table.slots[id]!.tls == nil { assignSerial(id) }
         rebuildLiveLog()
         rebuildLiveBox()
     }
@@ -190,15 +197,46 @@ extension Server {
 
     /// `Server.open`: a new connection, boxed at the end of the iteration.
     func liveOpened(_ id: Int) {
-        // WebSocket connections are not carried across a crash yet, and TLS ones
-        // cannot be (the session's keys die with the process): they close with it.
-        guard let live, table.slots[id]!.dialect != .webSocket, table.slots[id]!.tls == nil else { return }
+        // TLS connections cannot be carried (the session's keys die with
+        // the process, inside OpenSSL): they close with it.
+        guard let live, table.slots[id]!.tls == nil else { return }
         assignSerial(id)
         let c = table.slots[id]!
         let serial = live.slots[id].serial
         live.toBox.append((serial, c.fd))
-        logLive(LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address))
-        logLive(LiveLog.room(serial, room: relay.roomName(of: id), identity: nil))  // the default room (docs/protocol.md §4)
+        logLive(LiveLog.open(serial, dialect: c.dialect.handedOver, address: c.address))
+        // The default room (docs/protocol.md §4); a WebSocket connection is upgrading (`open` says so), in none yet.
+        if c.dialect != .webSocket { logLive(LiveLog.room(serial, room: relay.roomName(of: id), identity: nil)) }
+    }
+
+    /// `WebSocketServer.upgrade` answered with 101: the session, its room,
+    /// and the 101 answer as owed output until a flush writes it
+    /// (`liveTorn`), so that a crash before then does not leave the client
+    /// waiting for it, nor one after send it twice.
+    func liveUpgraded(_ id: Int) {
+        guard let live, id < live.slots.count, live.slots[id].serial != 0, let session = table.slots[id]!.webSocket else { return }
+        let serial = live.slots[id].serial
+        logLive(LiveLog.webSocket(serial, upgraded: true, subprotocol: session.subprotocol, echo: session.echo))
+        if !session.echo { logLive(LiveLog.room(serial, room: relay.roomName(of: id), identity: nil)) }
+        logLive(LiveLog.torn(serial, table.fanout.outboxes[id].queue.withReadableBytes { Array($0) }))
+        live.slots[id].loggedTorn = true
+    }
+
+    /// A WebSocket read's whole frames were decoded, not yet acted on (a
+    /// crash while acting on them must not replay or cut them): the
+    /// fragmented message in progress as it grew (`messageBefore` bytes of
+    /// it were logged before; `restarted`: a message ended since, so the
+    /// log's is replaced), then the unconsumed input as `liveInput` logs it.
+    func liveWebSocketInput(_ id: Int, _ bytes: UnsafeRawBufferPointer, newBytes: Int, consumed: Int, messageBefore: Int, restarted: Bool) {
+        guard let live, id < live.slots.count, live.slots[id].serial != 0, let session = table.slots[id]!.webSocket else { return }
+        let serial = live.slots[id].serial
+        let d = session.decoder.carried
+        if restarted {
+            logLive(LiveLog.webSocketMessage(serial, opcode: d.messageOpcode, utf8: d.utf8, d.message))
+        } else if d.message.count > messageBefore, let opcode = d.messageOpcode {
+            logLive(LiveLog.webSocketFragment(serial, opcode: opcode, utf8: d.utf8, d.message[messageBefore...]))
+        }
+        liveInput(id, bytes, newBytes: newBytes, wholeFrames: consumed)
     }
 
     /// `Server.release`, before the descriptor is closed: shutdown(2), since
@@ -275,8 +313,13 @@ extension Server {
         for id in table.ids {
             let serial = live.slot(id).serial
             guard serial != 0, let c = table.slots[id] else { continue }
-            var records = LiveLog.open(serial, dialect: c.dialect == .json ? .json : .ltb, address: c.address)
+            var records = LiveLog.open(serial, dialect: c.dialect.handedOver, address: c.address)
             records += LiveLog.room(serial, room: relay.roomName(of: id), identity: relay.identity(of: id))
+            if let session = c.webSocket {
+                records += LiveLog.webSocket(serial, upgraded: session.isOpen, subprotocol: session.subprotocol, echo: session.echo)
+                let d = session.decoder.carried
+                if d.messageOpcode != nil { records += LiveLog.webSocketMessage(serial, opcode: d.messageOpcode, utf8: d.utf8, d.message) }
+            }
             if let claims = c.auth?.claims { records += LiveLog.auth(serial, claims) }
             if !c.input.isEmpty { records += LiveLog.input(serial, c.input) }
             let torn = table.fanout.outboxes[id].torn

@@ -82,11 +82,23 @@ extension Server {
                 r.peerAddress = c.peerAddress
                 r.room = c.room
                 r.identity = c.identity
-                if c.dialect == .json, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
+                // A JSON client's texts are sent under its nickname: the JSON
+                // dialect's and a WebSocket client's on roomcast.json.v1 alike.
+                let speaksJSON = c.dialect == .json || c.webSocket?.subprotocol == .json
+                if speaksJSON, let identity = c.identity { r.nickname = (try? UserInfo(protobuf: identity))?.name }
                 r.input = c.input
                 r.output = c.torn  // the rest of a frame the client got part of, before anything else
                 r.tornBytes = UInt64(c.torn.count)
                 r.authClaims = c.authClaims
+                if var ws = c.webSocket {
+                    // Its decoder goes on from the message so far; a partial text
+                    // frame in `input` is checked again from its start.
+                    ws.decoder.checkedOfPartialFrame = 0
+                    r.webSocket = ws
+                    // Silence counts from the restore, as a new client's (`open`
+                    // tracks an upgrade; `restoreWebSocket` untracks it once upgraded).
+                    if ws.upgraded && config.heartbeat.timeoutMs > 0 { r.heartbeatRemainingMs = UInt32(clamping: config.heartbeat.timeoutMs) }
+                }
                 if restoreConnection(fd: e.fd, r, now: now) != nil { restored += 1 }
             }
         }

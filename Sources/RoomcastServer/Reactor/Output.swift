@@ -30,7 +30,8 @@ extension Server {
         case .overLimit:
             break  // closed by the fan-out, with the slow-consumer warning
         case .all(let hadBacklog, let draining):
-            if hadBacklog && live != nil { liveTorn(id) }  // a torn frame is written now
+            // A torn frame, or a WebSocket's 101 answer (`liveUpgraded`), is written now.
+            if let live, hadBacklog || (id < live.slots.count && live.slots[id].loggedTorn) { liveTorn(id) }
             if draining {
                 table.close(id, stopping ? "daemon stopping" : "closed by peer")
             } else if hadBacklog {

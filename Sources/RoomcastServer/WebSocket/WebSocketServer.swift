@@ -35,7 +35,7 @@ extension Server {
         var input: [UInt8] = []
         swap(&input, &table.slots[id]!.input)
         input.append(contentsOf: scratch[0..<n])
-        let used = input.withUnsafeBytes { webSocketInput(id, $0, now: now) }
+        let used = input.withUnsafeBytes { webSocketInput(id, $0, newBytes: n, now: now) }
         guard table.isOpen(id) else { return }  // closing or draining: the input is dropped
         if used == input.count { input.removeAll(keepingCapacity: input.capacity <= Self.readSize) }
         else if used > 0 { input.removeSubrange(0..<used) }
@@ -45,21 +45,27 @@ extension Server {
 
     /// The upgrade, if still under way, then every whole frame at the start of `bytes`.
     /// - Returns: the bytes used (all of them once the connection stops reading).
-    private func webSocketInput(_ id: Int, _ bytes: UnsafeRawBufferPointer, now: UInt64) -> Int {
+    /// With a live log (LiveStore.swift), the read's frames are decoded
+    /// first, logged, then acted on (`webSocketLoggedFrames`).
+    private func webSocketInput(_ id: Int, _ bytes: UnsafeRawBufferPointer, newBytes: Int, now: UInt64) -> Int {
         var offset = 0
+        let logs = live.map { id < $0.slots.count && $0.slots[id].serial != 0 } ?? false
         if case .upgrading(var parser) = table.slots[id]!.webSocket!.phase {
             switch parser.parse(bytes) {
             case .needMore:
                 table.slots[id]!.webSocket!.phase = .upgrading(parser)
+                if logs { liveInput(id, bytes, newBytes: newBytes, wholeFrames: 0) }
                 return 0
             case .error(let error):
                 refuseUpgrade(id, error, now: now)
                 return bytes.count
             case .request(let request, let headBytes):
                 guard upgrade(id, request, now: now) else { return bytes.count }
+                if logs { liveUpgraded(id) }
                 offset = headBytes
             }
         }
+        if logs { return webSocketLoggedFrames(id, bytes, from: offset, newBytes: newBytes, now: now) }
         while offset < bytes.count {
             let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
             switch table.slots[id]!.webSocket!.decoder.next(rest) {
@@ -74,6 +80,47 @@ extension Server {
                 webSocketEvent(id, event, now: now)
                 guard table.isOpen(id) else { return bytes.count }
             }
+        }
+        return offset
+    }
+
+    /// `webSocketInput`'s frames when the live log keeps this connection:
+    /// every whole frame decoded, the decoder's message and the input left
+    /// logged (`liveWebSocketInput`), then the events acted on, so that a
+    /// crash while acting loses the read's events (as the other dialects
+    /// lose its frames) but never replays them or cuts a frame.
+    private func webSocketLoggedFrames(_ id: Int, _ bytes: UnsafeRawBufferPointer, from start: Int, newBytes: Int, now: UInt64) -> Int {
+        var offset = start
+        var events: [WebSocketDecoder.Event] = []
+        var failure: WebSocketFailure?
+        let messageBefore = table.slots[id]!.webSocket!.decoder.message.count
+        var restarted = false
+        decoding: while offset < bytes.count {
+            let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
+            let inMessage = table.slots[id]!.webSocket!.decoder.carried.messageOpcode != nil
+            switch table.slots[id]!.webSocket!.decoder.next(rest) {
+            case .needMore:
+                break decoding
+            case .failure(let f):
+                failure = f
+                break decoding
+            case .event(let event, let consumed):
+                offset += consumed
+                if inMessage, case .message = event { restarted = true }
+                events.append(event)
+            }
+        }
+        if failure == nil {
+            liveWebSocketInput(id, bytes, newBytes: newBytes, consumed: offset, messageBefore: messageBefore, restarted: restarted)
+        }
+        for event in events {
+            heartbeats.touch(id, .webSocket, nowMs: now)  // a pong or any frame is proof of life
+            webSocketEvent(id, event, now: now)
+            guard table.isOpen(id) else { return bytes.count }
+        }
+        if let failure {
+            failWebSocket(id, failure, now: now)
+            return bytes.count
         }
         return offset
     }
