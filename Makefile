@@ -215,15 +215,15 @@ deps-browser:
 
 # The chat page (web/) in headless Chromium driven by Selenium (Debian's python3-selenium,
 # hence /usr/bin/python3): two tabs and an LTB client converse under a fake PID 1 with an fd
-# store (tools/browser/fake_systemd.py), then two restarts that keep them (the page shows no
-# reconnect; messages sent before, during and after each arrive once, in order), then a stop
+# store (tools/browser/fake_systemd.py), then two restarts and a SIGKILL that keep them (the page
+# shows no reconnect; messages sent before, during and after each arrive once, in order), then a stop
 # the page reconnects from; the DOM, the LTB frames and the tab's WebSocket frames are checked.
 # Screenshots: docs/images/browser-chat.png, docs/images/browser-restart.png (after the
 # restarts). tools/browser/test_browser.py; about 25 s.
 test-browser: deps-browser
 	$(SWIFT) build -c release --product roomcastd
 	/usr/bin/python3 tools/browser/test_browser.py --roomcastd .build/release/roomcastd --web web \
-	    --screenshot docs/images/browser-chat.png --restart-screenshot docs/images/browser-restart.png
+	    --screenshot docs/images/browser-chat.png --restart-screenshot docs/images/browser-restart.png --crash
 
 # Autobahn|Testsuite 25.10.1 runs only on Python 2.7: pyenv's 2.7.18 (or AUTOBAHN_PYTHON), a
 # loud failure without it. The pinned suite is installed once into AUTOBAHN_CACHE (pip
