@@ -288,19 +288,24 @@ def kept_restart(service, driver, tabs, ltb, round_no, crash=False):
     sender's order, and never its reconnect state."""
     (tab_a, tab_b) = tabs
     said = {"alice": [], "carol": [], "bob": []}
+
+    def say_all(phase):
+        """One message from each of the three, then each tab shows all three."""
+        for handle, name in ((tab_a, "alice"), (tab_b, "carol")):
+            driver.switch_to.window(handle)
+            text = "%s restart %d from %s" % (phase, round_no, name)
+            say(driver, text)
+            said[name].append(text)
+        text = "%s restart %d from bob" % (phase, round_no)
+        ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
+        said["bob"].append(text)
+        for handle, tab in ((tab_a, "tab A"), (tab_b, "tab B")):
+            driver.switch_to.window(handle)
+            for name in said:
+                wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
+
     # Before: sent and shown everywhere while the daemon runs.
-    for handle, name in ((tab_a, "alice"), (tab_b, "carol")):
-        driver.switch_to.window(handle)
-        text = "before restart %d from %s" % (round_no, name)
-        say(driver, text)
-        said[name].append(text)
-    text = "before restart %d from bob" % round_no
-    ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
-    said["bob"].append(text)
-    for handle, tab in ((tab_a, "tab A"), (tab_b, "tab B")):
-        driver.switch_to.window(handle)
-        for name in said:
-            wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
+    say_all("before")
 
     sending = []
 
@@ -342,18 +347,9 @@ def kept_restart(service, driver, tabs, ltb, round_no, crash=False):
             wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
     # After: sent only once the "during" ones are shown, so that the three
     # phases cannot interleave between senders either.
-    for handle, name in ((tab_a, "alice"), (tab_b, "carol")):
-        driver.switch_to.window(handle)
-        text = "after restart %d from %s" % (round_no, name)
-        say(driver, text)
-        said[name].append(text)
-    text = "after restart %d from bob" % round_no
-    ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
-    said["bob"].append(text)
+    say_all("after")
     for handle, tab in ((tab_a, "tab A"), (tab_b, "tab B")):
         driver.switch_to.window(handle)
-        for name in said:
-            wait_line(driver, tab, "%s: %s" % (name, said[name][-1]))
         lines = log_lines(driver)
         for name in said:
             shown = [t for t in texts_from(lines, name) if "restart %d " % round_no in t]

@@ -311,19 +311,8 @@ final class APITestClient {
         }
         #expect(value("roomcast_received_bytes_total") == join + text + 6, "alice's two frames and carol's header")
         #expect(value("roomcast_sent_bytes_total") == join + text)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.promtool)
-        p.arguments = ["check", "metrics"]
-        let input = Pipe(), output = Pipe()
-        p.standardInput = input
-        p.standardOutput = output
-        p.standardError = output
-        try p.run()
-        input.fileHandleForWriting.write(Data(m.body.utf8))
-        try input.fileHandleForWriting.close()
-        let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        #expect(p.terminationStatus == 0, "promtool check metrics: \(said)")
+        let (status, said) = try promtoolCheck(m.body)
+        #expect(status == 0, "promtool check metrics: \(said)")
         #expect(said.isEmpty, "promtool had remarks: \(said)")
     }
 }
