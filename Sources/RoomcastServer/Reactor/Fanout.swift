@@ -48,11 +48,14 @@ struct Outbox {
     var state: ConnectionState?
     /// Gets the JSON form of frames (docs/protocol.md §7).
     var json = false
-    /// A WebSocket connection: its stream holds an HTTP answer (counted in
-    /// `torn` when it is queued, WebSocketServer.swift) and then WebSocket
-    /// frames, whose torn frame is always kept (a slow consumer gets the
-    /// rest of its frame before the close frame, docs/protocol.md §15).
+    /// A WebSocket connection: its stream holds HTTP answers, then, once
+    /// upgraded, WebSocket frames.
     var isWebSocket = false
+    /// An upgraded WebSocket connection: after its first `torn` bytes (the
+    /// 101 answer, when queued) its stream is WebSocket frames, whose torn
+    /// frame is always kept (a slow consumer gets the rest of its frame
+    /// before the close frame 1013, docs/protocol.md §15).
+    var webSocketFramed = false
     /// An upgraded WebSocket connection's subprotocol: it gets each frame as
     /// a text frame of its JSON form (`.json`) or a binary frame of the LTB
     /// frame (`.ltb`), docs/protocol.md §15; nil: not (yet) taking frames in
@@ -384,7 +387,7 @@ final class Fanout: FrameSink {
     /// stays in its queue (the close frame 1013 may follow only a whole
     /// frame, RFC 6455 §5.4) and which then takes no more relayed frames.
     private func dropOverLimit(_ box: inout Outbox) {
-        if box.isWebSocket { keepTornOnly(&box) } else { dropRange(&box) }
+        if box.webSocketFramed { keepTornOnly(&box) } else { dropRange(&box) }
     }
 
     /// Keeps of what `id` is owed only the rest of the frame the kernel took
@@ -461,7 +464,7 @@ final class Fanout: FrameSink {
             }
             switch r {
             case .done(let n):
-                if tracksTorn || box.isWebSocket { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
+                if tracksTorn && !box.isWebSocket || box.webSocketFramed { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
                 box.queue.consume(min(n, queued), keepCapacity: keepCapacity)
                 box.batchStart += max(0, n - queued)
                 if box.batchStart == box.batchEnd { (box.batchStart, box.batchEnd) = (0, 0) }
@@ -477,7 +480,7 @@ final class Fanout: FrameSink {
     /// Closes `id`, whose own backlog passed `output_hard_bytes`, with the
     /// warning the operator sees (docs/protocol.md §6).
     private func closeOverLimit(_ id: Int, pending: Int) {
-        if outboxes[id].isWebSocket {
+        if outboxes[id].webSocketFramed {
             slowWebSockets.append((id, pending))  // its close frame is queued by the server
             return
         }
@@ -581,7 +584,7 @@ final class Fanout: FrameSink {
     /// Walks the headers of what was written: only after a partial write.
     @inline(never)
     private func torn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
-        if box.isWebSocket { return webSocketTorn(after: n, of: box, range) }
+        if box.webSocketFramed { return webSocketTorn(after: n, of: box, range) }
         let header = box.json ? JSONFrameCodec.headerSize : FrameCodec.headerSize
         let order = box.json ? ByteOrder.little : relaySettings.byteOrder
         let region = box.batchForm.rawValue
@@ -610,7 +613,11 @@ final class Fanout: FrameSink {
                 while p < n {
                     let at = p < q.count ? UnsafeRawBufferPointer(rebasing: q[p...])
                                          : UnsafeRawBufferPointer(rebasing: b[(range.lowerBound + p - q.count)...])
+                    // Frames are whole where they start; bytes that are not a
+                    // header (never expected) end the walk: nothing is torn.
+                    guard at.count >= 2 else { return 0 }
                     let short = Int(at[1] & 0x7f)
+                    guard at.count >= (short == 127 ? 10 : short == 126 ? 4 : 2) else { return 0 }
                     switch short {
                     case 126: p += 4 + (Int(at[2]) << 8 | Int(at[3]))
                     case 127: p += 10 + Int(UInt64(bigEndian: at.loadUnaligned(fromByteOffset: 2, as: UInt64.self)))
