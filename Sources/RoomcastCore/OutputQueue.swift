@@ -73,6 +73,14 @@ public struct OutputQueue {
         }
     }
 
+    /// Keeps only the first `n` queued bytes (0 <= n <= count) and drops the
+    /// rest; the storage is kept.
+    @inlinable
+    public mutating func truncate(to n: Int) {
+        precondition(n >= 0 && n <= tail - head)
+        tail = head + n
+    }
+
     /// Frees the storage (the queue is empty afterwards).
     @inlinable
     public mutating func release() {

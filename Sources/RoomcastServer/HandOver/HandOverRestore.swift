@@ -197,6 +197,7 @@ extension Server {
             // `heartbeat.timeout = 0` there is none, and the connection must
             // still be tracked for its proof of life to have a slot).
             heartbeats.webSocketUpgraded(id, nowMs: now)
+            table.fanout.outboxes[id].webSocketFramed = true  // its torn frame is kept (Fanout.keepTornOnly)
             if !ws.echo {
                 table.fanout.outboxes[id].webSocketForm = ws.subprotocol
                 relay.connect(id)  // `open` leaves an upgrading connection out of the relay; `relay.restore` puts it in its room

@@ -48,9 +48,14 @@ struct Outbox {
     var state: ConnectionState?
     /// Gets the JSON form of frames (docs/protocol.md §7).
     var json = false
-    /// A WebSocket connection: its stream holds an HTTP answer and
-    /// WebSocket frames, never followed by the crash path's torn-frame walk.
+    /// A WebSocket connection: its stream holds HTTP answers, then, once
+    /// upgraded, WebSocket frames.
     var isWebSocket = false
+    /// An upgraded WebSocket connection: after its first `torn` bytes (the
+    /// 101 answer, when queued) its stream is WebSocket frames, whose torn
+    /// frame is always kept (a slow consumer gets the rest of its frame
+    /// before the close frame 1013, docs/protocol.md §15).
+    var webSocketFramed = false
     /// An upgraded WebSocket connection's subprotocol: it gets each frame as
     /// a text frame of its JSON form (`.json`) or a binary frame of the LTB
     /// frame (`.ltb`), docs/protocol.md §15; nil: not (yet) taking frames in
@@ -67,9 +72,10 @@ struct Outbox {
     var retained = false
     /// When the pending output first went above `output_soft_bytes` (nil: not above).
     var softSinceMs: UInt64?
-    /// Bytes at the head of `queue` that finish a frame the kernel took only
-    /// part of (kept only while `Fanout.tracksTornFrames`: the crash path
-    /// must resend them first, LiveStore.swift).
+    /// Bytes at the head of `queue` (then of its batch range) that finish a
+    /// frame the kernel took only part of (kept for WebSocket connections,
+    /// and for all while `Fanout.tracksTornFrames`: the crash path must
+    /// resend them first, LiveStore.swift).
     var torn = 0
 
     /// Bytes owed and not yet written: its own queue and its range of the batch.
@@ -174,6 +180,12 @@ final class Fanout: FrameSink {
     var remoteSenderAddress = ""
     /// Keep `Outbox.torn` (the crash path is on, LiveStore.swift).
     var tracksTornFrames = false
+    /// Upgraded WebSocket connections whose own backlog passed
+    /// `output_hard_bytes` in this pass, with that backlog in bytes: their
+    /// queue holds only the rest of their torn frame now, and the server
+    /// queues the close frame 1013 and drains them (docs/protocol.md §15)
+    /// before the next flush of the pass (`Server.reapAndFlush`).
+    var slowWebSockets: [(id: Int, pending: Int)] = []
 
     init(outputHardBytes: Int, relaySettings: RelaySettings) {
         self.outputHardBytes = outputHardBytes
@@ -370,6 +382,37 @@ final class Fanout: FrameSink {
         case failed(Int32)
     }
 
+    /// Drops what a recipient over `output_hard_bytes` is owed: all of it,
+    /// except for a WebSocket connection the rest of its torn frame, which
+    /// stays in its queue (the close frame 1013 may follow only a whole
+    /// frame, RFC 6455 §5.4) and which then takes no more relayed frames.
+    private func dropOverLimit(_ box: inout Outbox) {
+        if box.webSocketFramed { keepTornOnly(&box) } else { dropRange(&box) }
+    }
+
+    /// Keeps of what `id` is owed only the rest of the frame the kernel took
+    /// part of (nothing when none), for a slow WebSocket consumer about to
+    /// get its close frame (docs/protocol.md §15); it takes no more relayed
+    /// frames from now on.
+    func keepTornOnly(_ id: Int) { keepTornOnly(&outboxes[id]) }
+
+    private func keepTornOnly(_ box: inout Outbox) {
+        let queued = box.queue.count
+        let torn = min(box.torn, box.pending)
+        if torn <= queued {
+            box.queue.truncate(to: torn)
+        } else {
+            // The kernel took the whole backlog and part of a frame of the batch range.
+            let range = box.batchStart..<box.batchStart + torn - queued
+            let region = box.batchForm.rawValue
+            batches[region].withReadableBytes { box.queue.append(UnsafeRawBufferPointer(rebasing: $0[range])) }
+        }
+        box.torn = torn
+        dropRange(&box)
+        box.webSocketForm = nil
+        box.softSinceMs = nil
+    }
+
     /// A range that stopped being adjacent would take the queue past the
     /// hard limit if it were copied: the kernel takes what it can of queue
     /// and range first (this pass's write attempt, made early), and only
@@ -388,7 +431,7 @@ final class Fanout: FrameSink {
         case .blocked:
             let pending = box.pending
             if pending > hard {
-                dropRange(&box)
+                dropOverLimit(&box)
                 return .overLimit(pending: pending)
             }
             if box.batchEnd > box.batchStart { keep(&box) }
@@ -421,7 +464,7 @@ final class Fanout: FrameSink {
             }
             switch r {
             case .done(let n):
-                if tracksTorn && !box.isWebSocket { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
+                if tracksTorn && !box.isWebSocket || box.webSocketFramed { box.torn = n >= queued + range.count ? 0 : torn(after: n, of: box, range) }
                 box.queue.consume(min(n, queued), keepCapacity: keepCapacity)
                 box.batchStart += max(0, n - queued)
                 if box.batchStart == box.batchEnd { (box.batchStart, box.batchEnd) = (0, 0) }
@@ -437,8 +480,18 @@ final class Fanout: FrameSink {
     /// Closes `id`, whose own backlog passed `output_hard_bytes`, with the
     /// warning the operator sees (docs/protocol.md §6).
     private func closeOverLimit(_ id: Int, pending: Int) {
-        table?.close(id, "slow consumer: \(pending) bytes pending after the kernel took what it could, over "
-                     + "output_hard_bytes (\(formatSize(outputHardBytes)))", warning: "output_hard_limit")
+        if outboxes[id].webSocketFramed {
+            slowWebSockets.append((id, pending))  // its close frame is queued by the server
+            return
+        }
+        table?.close(id, overLimitText(pending: pending), warning: "output_hard_limit")
+    }
+
+    /// Why a connection with `pending` bytes of its own backlog is closed
+    /// for `output_hard_bytes` (docs/protocol.md §6).
+    func overLimitText(pending: Int) -> String {
+        "slow consumer: \(pending) bytes pending after the kernel took what it could, over "
+            + "output_hard_bytes (\(formatSize(outputHardBytes)))"
     }
 
     /// The end of a loop pass: every recipient was flushed (or closed), so
@@ -500,7 +553,7 @@ final class Fanout: FrameSink {
                 // The hard limit counts what is left of its own, not what the pass held.
                 let pending = boxes[id].pending
                 if pending > hard {
-                    self.dropRange(&boxes[id])
+                    self.dropOverLimit(&boxes[id])
                     return .overLimit(pending: pending)
                 }
                 if boxes[id].batchEnd > boxes[id].batchStart { self.keep(&boxes[id]) }
@@ -531,6 +584,7 @@ final class Fanout: FrameSink {
     /// Walks the headers of what was written: only after a partial write.
     @inline(never)
     private func torn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
+        if box.webSocketFramed { return webSocketTorn(after: n, of: box, range) }
         let header = box.json ? JSONFrameCodec.headerSize : FrameCodec.headerSize
         let order = box.json ? ByteOrder.little : relaySettings.byteOrder
         let region = box.batchForm.rawValue
@@ -542,6 +596,33 @@ final class Fanout: FrameSink {
                                          : UnsafeRawBufferPointer(rebasing: b[(range.lowerBound + p - q.count)...])
                     let raw = at.loadUnaligned(as: UInt32.self)
                     p += header + Int(order == .little ? UInt32(littleEndian: raw) : UInt32(bigEndian: raw))
+                }
+                return p - n
+            }
+        }
+    }
+
+    /// `torn(after:of:_:)` for a WebSocket stream: walks the headers of the
+    /// server's frames (unmasked, RFC 6455 §5.2: 2 bytes, then a 16-bit or
+    /// 64-bit big-endian length when the 7-bit one is 126 or 127).
+    private func webSocketTorn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
+        let region = box.batchForm.rawValue
+        return box.queue.withReadableBytes { q in
+            batches[region].withReadableBytes { b in
+                var p = box.torn
+                while p < n {
+                    let at = p < q.count ? UnsafeRawBufferPointer(rebasing: q[p...])
+                                         : UnsafeRawBufferPointer(rebasing: b[(range.lowerBound + p - q.count)...])
+                    // Frames are whole where they start; bytes that are not a
+                    // header (never expected) end the walk: nothing is torn.
+                    guard at.count >= 2 else { return 0 }
+                    let short = Int(at[1] & 0x7f)
+                    guard at.count >= (short == 127 ? 10 : short == 126 ? 4 : 2) else { return 0 }
+                    switch short {
+                    case 126: p += 4 + (Int(at[2]) << 8 | Int(at[3]))
+                    case 127: p += 10 + Int(UInt64(bigEndian: at.loadUnaligned(fromByteOffset: 2, as: UInt64.self)))
+                    default: p += 2 + short
+                    }
                 }
                 return p - n
             }

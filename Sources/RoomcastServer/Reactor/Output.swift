@@ -63,7 +63,9 @@ extension Server {
     /// Then logs the frames skipped for their size.
     func reapAndFlush(now: UInt64) {
         let fanout = table.fanout
-        while !table.closeList.isEmpty || !fanout.flushList.isEmpty {
+        while !table.closeList.isEmpty || !fanout.flushList.isEmpty || !fanout.slowWebSockets.isEmpty {
+            // First: a slow WebSocket's close frame must be queued before its next flush.
+            while let (id, pending) = fanout.slowWebSockets.popLast() { closeOverHardLimit(id, pending: pending, now: now) }
             while let id = table.closeList.popLast() { reap(id) }
             let list = fanout.flushList
             fanout.flushList.removeAll(keepingCapacity: true)
@@ -104,9 +106,42 @@ extension Server {
             logger.peerWarning(reason: "output_soft_limit", nowMs: now,
                                "\(address): slow consumer, \(pending) bytes pending for \(formatDuration(ms: now - since)); closing",
                                ["CLIENT_ADDR": address, "ROOM": relay.room(of: id) ?? ""])
-            table.close(id, "slow consumer: output above output_soft_bytes (\(formatSize(soft))) for \(formatDuration(ms: window))")
+            let why = "slow consumer: output above output_soft_bytes (\(formatSize(soft))) for \(formatDuration(ms: window))"
+            if table.slots[id]!.webSocket?.isOpen == true {
+                table.fanout.keepTornOnly(id)
+                closeSlowWebSocket(id)
+            } else {
+                table.close(id, why)
+            }
             return true
         }
+    }
+
+    /// An upgraded WebSocket connection whose own backlog passed
+    /// `output_hard_bytes` (`Fanout.slowWebSockets`: its queue holds only
+    /// the rest of its torn frame): the journal line of the other dialects
+    /// (REASON=output_hard_limit), then the close frame 1013.
+    private func closeOverHardLimit(_ id: Int, pending: Int, now: UInt64) {
+        guard table.isOpen(id) else { return }
+        let text = table.fanout.overLimitText(pending: pending)
+        guard table.slots[id]!.webSocket?.isOpen == true else {
+            table.close(id, text, warning: "output_hard_limit")  // not upgraded: cut, as the other dialects
+            return
+        }
+        let address = table.address(of: id)
+        logger.peerWarning(reason: "output_hard_limit", nowMs: now, "\(address): closing: \(text)",
+                           ["CLIENT_ADDR": address, "ROOM": relay.room(of: id) ?? ""])
+        closeSlowWebSocket(id)
+    }
+
+    /// docs/protocol.md §15: a slow WebSocket consumer, whose queue now holds
+    /// only the rest of the frame it is receiving (`Fanout.keepTornOnly`),
+    /// gets the close frame 1013 after it; its room hears the leave now and
+    /// the socket is closed once that is written, or at the drain deadline
+    /// (`drainTimeoutMs`) if it still does not read.
+    private func closeSlowWebSocket(_ id: Int) {
+        table.slots[id]!.disconnectReason = .slowConsumer
+        closeWebSocket(id, .tryAgainLater, "slow consumer")
     }
 
     /// After a burst (a reconnect storm's joins, say) hands the freed

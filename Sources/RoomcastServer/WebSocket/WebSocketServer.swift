@@ -148,6 +148,9 @@ extension Server {
             return false
         }
         table.fanout.unicast(WebSocketHandshake.response(accept: accept, subprotocol: offered), to: id)
+        // Frames follow the answer: the torn-frame walk (Fanout) starts after it.
+        table.fanout.outboxes[id].torn = table.fanout.outboxes[id].pending
+        table.fanout.outboxes[id].webSocketFramed = true
         let echo = path == "/echo"
         table.slots[id]!.webSocket!.phase = .open
         table.slots[id]!.webSocket!.subprotocol = spoken

@@ -17,9 +17,10 @@ final class WebSocketTestClient {
     var address: String { connection.address }
 
     /// Connects and waits until the daemon logged the accept; sends nothing.
-    init(_ daemon: Daemon) throws {
+    /// `receiveBuffer`: for a slow consumer (`TestClient.init`).
+    init(_ daemon: Daemon, receiveBuffer: Int? = nil) throws {
         let port = try #require(daemon.webSocketPort, "the daemon has no [websocket] listener")
-        connection = try TestClient(host: daemon.host, port: port, owner: daemon)
+        connection = try TestClient(host: daemon.host, port: port, receiveBuffer: receiveBuffer, owner: daemon)
         guard daemon.stderr.wait(for: "client connected CLIENT_ADDR=\(connection.address) ") else {
             throw HarnessError("roomcastd did not log accepting \(connection.address)")
         }
@@ -27,8 +28,9 @@ final class WebSocketTestClient {
 
     /// A fresh client that upgraded to `path`, offering `subprotocol` (nil: none).
     /// - Throws: when the answer is not 101.
-    static func open(_ daemon: Daemon, path: String = "/", subprotocol: String? = "roomcast.json.v1") throws -> WebSocketTestClient {
-        let c = try WebSocketTestClient(daemon)
+    static func open(_ daemon: Daemon, path: String = "/", subprotocol: String? = "roomcast.json.v1",
+                     receiveBuffer: Int? = nil) throws -> WebSocketTestClient {
+        let c = try WebSocketTestClient(daemon, receiveBuffer: receiveBuffer)
         var extra: [String] = []
         if let subprotocol { extra.append("Sec-WebSocket-Protocol: \(subprotocol)") }
         try c.sendRequest(path: path, extra: extra)
