@@ -584,28 +584,36 @@ final class Fanout: FrameSink {
     /// Walks the headers of what was written: only after a partial write.
     @inline(never)
     private func torn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
-        if box.webSocketFramed { return webSocketTorn(after: n, of: box, range) }
+        if box.webSocketFramed {
+            // The server's WebSocket frames (unmasked, RFC 6455 §5.2): 2
+            // bytes, then a 16-bit or 64-bit big-endian length when the
+            // 7-bit one is 126 or 127.
+            return walkFrames(after: n, of: box, range) { at in
+                guard at.count >= 2 else { return nil }
+                let short = Int(at[1] & 0x7f)
+                guard at.count >= (short == 127 ? 10 : short == 126 ? 4 : 2) else { return nil }
+                switch short {
+                case 126: return 4 + (Int(at[2]) << 8 | Int(at[3]))
+                case 127: return 10 + Int(UInt64(bigEndian: at.loadUnaligned(fromByteOffset: 2, as: UInt64.self)))
+                default: return 2 + short
+                }
+            }
+        }
         let header = box.json ? JSONFrameCodec.headerSize : FrameCodec.headerSize
         let order = box.json ? ByteOrder.little : relaySettings.byteOrder
-        let region = box.batchForm.rawValue
-        return box.queue.withReadableBytes { q in
-            batches[region].withReadableBytes { b in
-                var p = box.torn
-                while p < n {
-                    let at = p < q.count ? UnsafeRawBufferPointer(rebasing: q[p...])
-                                         : UnsafeRawBufferPointer(rebasing: b[(range.lowerBound + p - q.count)...])
-                    let raw = at.loadUnaligned(as: UInt32.self)
-                    p += header + Int(order == .little ? UInt32(littleEndian: raw) : UInt32(bigEndian: raw))
-                }
-                return p - n
-            }
+        return walkFrames(after: n, of: box, range) { at in
+            let raw = at.loadUnaligned(as: UInt32.self)
+            return header + Int(order == .little ? UInt32(littleEndian: raw) : UInt32(bigEndian: raw))
         }
     }
 
-    /// `torn(after:of:_:)` for a WebSocket stream: walks the headers of the
-    /// server's frames (unmasked, RFC 6455 §5.2: 2 bytes, then a 16-bit or
-    /// 64-bit big-endian length when the 7-bit one is 126 or 127).
-    private func webSocketTorn(after n: Int, of box: Outbox, _ range: Range<Int>) -> Int {
+    /// Walks the frames of `box`'s queue, then of `range` of its batch, from
+    /// `box.torn` until past `n` written bytes; `frameBytes` gives the size
+    /// of the frame starting at a position (nil: bytes that are not a whole
+    /// header, never expected: the walk ends, nothing is torn).
+    /// - Returns: the bytes of the frame at `n` still owed.
+    private func walkFrames(after n: Int, of box: Outbox, _ range: Range<Int>,
+                            _ frameBytes: (UnsafeRawBufferPointer) -> Int?) -> Int {
         let region = box.batchForm.rawValue
         return box.queue.withReadableBytes { q in
             batches[region].withReadableBytes { b in
@@ -613,16 +621,8 @@ final class Fanout: FrameSink {
                 while p < n {
                     let at = p < q.count ? UnsafeRawBufferPointer(rebasing: q[p...])
                                          : UnsafeRawBufferPointer(rebasing: b[(range.lowerBound + p - q.count)...])
-                    // Frames are whole where they start; bytes that are not a
-                    // header (never expected) end the walk: nothing is torn.
-                    guard at.count >= 2 else { return 0 }
-                    let short = Int(at[1] & 0x7f)
-                    guard at.count >= (short == 127 ? 10 : short == 126 ? 4 : 2) else { return 0 }
-                    switch short {
-                    case 126: p += 4 + (Int(at[2]) << 8 | Int(at[3]))
-                    case 127: p += 10 + Int(UInt64(bigEndian: at.loadUnaligned(fromByteOffset: 2, as: UInt64.self)))
-                    default: p += 2 + short
-                    }
+                    guard let size = frameBytes(at) else { return 0 }
+                    p += size
                 }
                 return p - n
             }
