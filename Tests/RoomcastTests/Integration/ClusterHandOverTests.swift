@@ -81,13 +81,20 @@ struct ClusterHandOverTests {
     }
 
     /// Frames `bob` (on the other daemon) sends while no process of this
-    /// daemon listens, after A is gone from Redis.
+    /// daemon listens, after A is gone from Redis. Returns once Redis has
+    /// passed the last one on: bob's echo alone does not say the other
+    /// daemon's PUBLISH left its buffer, and a next process subscribing
+    /// first would receive it (CI saw 1 gap counted of 2).
     static func sendWhileAway(_ redis: RedisServer, channel: String, _ bob: TestClient, _ frames: [[UInt8]]) throws {
         #expect(redis.waitForSubscribers(channel, 1), "only the other daemon listens")
+        let watcher = try RedisPublisher(redis)
+        try watcher.watch(channel)
+        #expect(watcher.waitFor(Array("psubscribe".utf8)), "the watcher subscribed")
         for f in frames {
             try bob.send(f)
             #expect(bob.receiveFrame()?.wire == f, "bob's echo: the other daemon published it")
         }
+        #expect(watcher.waitFor(frames.last!), "Redis passed the last frame on")
     }
 
     @Test("a restart carries the positions of the other daemons' frames: what they published during the gap counts as missed")

@@ -91,7 +91,7 @@ final class RedisServer {
 
 /// A plain Redis client that PUBLISHes any bytes, as another daemon
 /// would: `send` does not wait for the answer (Redis may be stopped),
-/// `answers` collects them.
+/// `answers` collects them; or that `watch`es channels.
 final class RedisPublisher {
     private let fd: Int32
     private var input: [UInt8] = []
@@ -140,5 +140,30 @@ final class RedisPublisher {
     func publish(_ channel: [UInt8], _ payload: [UInt8]) throws -> Int {
         try send(channel, payload)
         return try answers(1)[0]
+    }
+
+    /// PSUBSCRIBE `pattern`: from now on this connection only reads what
+    /// Redis pushes. A pattern subscription is not counted by `PUBSUB NUMSUB`,
+    /// so a test can watch a channel without changing what the daemons see.
+    func watch(_ pattern: String) throws {
+        let command = Array("*2\r\n$10\r\nPSUBSCRIBE\r\n$\(pattern.utf8.count)\r\n\(pattern)\r\n".utf8)
+        guard command.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == command.count else {
+            throw HarnessError("send to Redis: \(errnoText())")
+        }
+    }
+
+    /// Reads what Redis pushes until it holds `bytes` (for example a
+    /// frame inside a cluster envelope); false after about 5 s without them.
+    func waitFor(_ bytes: [UInt8]) -> Bool {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            if input.count >= bytes.count,
+               (0...(input.count - bytes.count)).contains(where: { input[$0..<($0 + bytes.count)].elementsEqual(bytes) }) {
+                return true
+            }
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { return false }
+            input += buffer[0..<n]
+        }
     }
 }
