@@ -11,7 +11,8 @@
 /// else). A WebSocket connection's session (upgrading or upgraded,
 /// subprotocol, `/echo`) and its fragmented message in progress are kept
 /// too, the fragments appended per read (`webSocketFragment`), the 101
-/// answer as `torn` while it is owed. Owed whole frames, violations and rate limits live only in
+/// answer as `torn` while it is owed. The daemon's bans, mutes and slow
+/// modes are logged as they change (`moderation`). Owed whole frames, violations and rate limits live only in
 /// memory and are lost in a crash (a restart carries them, `HandOverState`).
 ///
 /// A partial input frame is logged as it grows: each read appends only its
@@ -83,6 +84,11 @@ public enum LiveLog {
         /// room length u32 | room | count u32 | count x (origin u64 |
         /// stream u64 | seq u64); replaces the room's earlier positions.
         case clusterPositions = 0x53
+        /// A ban, mute, removal or room setting taken here (docs/api.md
+        /// "Moderation"), serial 0: field length u32 | field | value length
+        /// u32 | value, the record as Redis's moderation hash holds it
+        /// (`ModerationRecord`); a later record of the same field replaces it.
+        case moderation = 0x61
     }
 
     /// One connection as the log leaves it.
@@ -206,6 +212,18 @@ public enum LiveLog {
         return record(.clusterPositions, 0, payload)
     }
 
+    /// A moderation record taken here (Kind.moderation).
+    public static func moderation(_ change: ModerationRecord) -> [UInt8] {
+        let field = Array(change.field.utf8), value = Array(change.value.utf8)
+        var payload: [UInt8] = []
+        payload.reserveCapacity(8 + field.count + value.count)
+        put(&payload, UInt32(field.count))
+        payload += field
+        put(&payload, UInt32(value.count))
+        payload += value
+        return record(.moderation, 0, payload)
+    }
+
     private static func bytesRecord(_ kind: Kind, _ serial: UInt64, _ bytes: some Collection<UInt8>) -> [UInt8] {
         var payload: [UInt8] = []
         payload.reserveCapacity(4 + bytes.count)
@@ -239,11 +257,21 @@ public enum LiveLog {
         try replayAll(bytes).connections
     }
 
-    /// The connections, and the cluster link's state when the log has its
-    /// origin (nil: no cluster, or a writer before these records).
+    /// What a log holds at the end of its committed records.
+    public struct Replayed: Sendable {
+        /// The connections alive, by serial.
+        public var connections: [UInt64: Connection] = [:]
+        /// The cluster link's state when the log has its origin (nil: no
+        /// cluster, or a writer before these records).
+        public var cluster: HandOverState.Cluster?
+        /// The last moderation record of each field, in the order first logged
+        /// (a record that does not parse is skipped).
+        public var moderation: [ModerationRecord] = []
+    }
+
+    /// The connections, the cluster link's state and the moderation records.
     /// - Throws: as `replay`.
-    public static func replayAll(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError)
-        -> (connections: [UInt64: Connection], cluster: HandOverState.Cluster?) {
+    public static func replayAll(_ bytes: UnsafeRawBufferPointer) throws(HandOverState.DecodeError) -> Replayed {
         guard bytes.count >= headerSize, bytes.prefix(4).elementsEqual(magic) else { throw .damaged("not a live log") }
         let v = get(bytes, 4, UInt16.self)
         guard v >= 1 else { throw .damaged("live log version 0") }
@@ -256,6 +284,8 @@ public enum LiveLog {
         var origin: (UInt64, UInt64)?
         var streams: [RoomName: (id: UInt64, seq: UInt64)] = [:]
         var positions: [RoomName: [ClusterSequenceTracker.Carried]] = [:]
+        var moderation: [ModerationRecord] = []
+        var moderationIndex: [String: Int] = [:]
         var offset = headerSize
         while offset < end {
             guard end - offset >= 5 + serialBytes else { throw .damaged("a record header cut off at \(offset)") }
@@ -324,6 +354,14 @@ public enum LiveLog {
                 var list: [ClusterSequenceTracker.Carried] = []
                 for _ in 0..<count { list.append(.init(room: room, origin: try p.u64(), stream: try p.u64(), seq: try p.u64())) }
                 positions[room] = list.isEmpty ? nil : list
+            case .moderation:
+                let field = try p.bytes(Int(try p.u32()))
+                let value = try p.bytes(Int(try p.u32()))
+                guard let record = ModerationRecord(field: field, value: value) else { break }
+                if let i = moderationIndex[record.field] { moderation[i] = record } else {
+                    moderationIndex[record.field] = moderation.count
+                    moderation.append(record)
+                }
             case nil:
                 break
             }
@@ -334,7 +372,7 @@ public enum LiveLog {
                                   streams: streams.map { .init(room: $0.key, id: $0.value.id, seq: $0.value.seq) },
                                   positions: positions.values.flatMap { $0 })
         }
-        return (live, cluster?.origin == 0 ? nil : cluster)
+        return Replayed(connections: live, cluster: cluster?.origin == 0 ? nil : cluster, moderation: moderation)
     }
 
     private struct Payload {

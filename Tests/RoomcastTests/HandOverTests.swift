@@ -570,4 +570,41 @@ struct HandOverTests {
         #expect(b.server.moderation.active(mute.key, wallMs: wall + 1) == mute)
         #expect(b.server.moderation.slowModeSeconds("stage") == 10)
     }
+
+    @Test("bans, mutes and slow mode set through the API survive a crash without a cluster: the live log has them, compacted or appended; a removal stays removed")
+    func moderationSurvivesACrash() throws {
+        let dir = try TempDirectory()
+        let keyPath = try TestKeys.writeKeyFile(dir, "hs1 HS256 \(TestKeys.secret)\n")
+        let keys = try #require(try Server.loadKeys(try Config.parse("[auth]\nkey_file = \(keyPath)\n", file: "k")))
+        let socket = dir.path + "/api.sock"
+        let sections = Self.config + "[auth]\nkey_file = \(keyPath)\n[api]\nlisten = unix:\(socket)\n"
+        let clock = ManualClock()
+        let a = try Node(sections, clock: clock, keys: keys)
+        _ = a.connect()
+        func call(_ method: String, _ path: String, _ body: String = "") throws -> String {
+            let fd = APIHandOverTests.connectUnix(socket)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            Self.send(fd, Array("\(method) \(path) HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)".utf8))
+            return try APIHandOverTests.answer(fd, from: a)
+        }
+        #expect(try call("PUT", "/v1/rooms/stage/bans/troll", "{\"seconds\": 600, \"reason\": \"raid\"}").hasPrefix("HTTP/1.1 200"))
+        #expect(try call("PUT", "/v1/rooms/stage/bans/forgiven", "{\"seconds\": 600}").hasPrefix("HTTP/1.1 200"))
+        a.server.rebuildLiveLog()  // a compaction: what was logged so far is now in the snapshot
+        #expect(try call("PUT", "/v1/rooms/stage/mutes/loud", "{\"seconds\": 60}").hasPrefix("HTTP/1.1 200"))
+        #expect(try call("PUT", "/v1/rooms/stage/settings", "{\"slow_mode_seconds\": 10}").hasPrefix("HTTP/1.1 200"))
+        #expect(try call("DELETE", "/v1/rooms/stage/bans/forgiven").hasPrefix("HTTP/1.1 200"))
+        let wall = wallClockMilliseconds()
+
+        // The crash: whatever A stored is all B gets (A is never ticked again).
+        a.notify.update()
+        let b = try Node(sections, clock: clock, stored: a.notify.passed, keys: keys)
+        #expect(b.log.contains("after a crash"), "\(b.log)")
+        let m = b.server.moderation
+        #expect(m.active(ModerationKey(.ban, room: "stage", sub: Array("troll".utf8)), wallMs: wall)?.reason == "raid")
+        #expect(m.active(ModerationKey(.mute, room: "stage", sub: Array("loud".utf8)), wallMs: wall) != nil)
+        #expect(m.active(ModerationKey(.ban, room: "stage", sub: Array("forgiven".utf8)), wallMs: wall) == nil, "removed before the crash")
+        #expect(m.slowModeSeconds("stage") == 10)
+        #expect(m.count == 2)
+    }
 }

@@ -110,9 +110,10 @@ struct LiveLogTests {
             LiveLog.clusterPositions("r2", []),
             LiveLog.clusterOrigin(0xABCD, lastStream: 4),
         ])
-        let (live, cluster) = try bytes.withUnsafeBytes { raw in
+        let replayed = try bytes.withUnsafeBytes { raw in
             Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) }
         }.get()
+        let (live, cluster) = (replayed.connections, replayed.cluster)
         #expect(Set(live.keys) == [1])
         let c = try #require(cluster)
         #expect(c.origin == 0xABCD && c.lastStream == 4)
@@ -125,6 +126,28 @@ struct LiveLogTests {
         var bad = LiveLog.clusterPositions("r1", [.init(room: "r1", origin: 7, stream: 4, seq: 11)])
         bad[13 + 4 + 2] = 0xFF
         #expect(throws: HandOverState.DecodeError.self) { try Self.replay(Self.log([bad])) }
+    }
+
+    @Test("moderation records replay as Redis's hash would hold them: the latest of each field wins, a removal included; a record that does not parse is skipped")
+    func moderationReplays() throws {
+        let ban = ModerationKey(.ban, room: "r1", sub: Array("troll".utf8))
+        let mute = ModerationKey(.mute, room: "r2", sub: Array("loud".utf8))
+        var garbage = LiveLog.moderation(.settings("r9", slowModeSeconds: 5, setMs: 1))
+        garbage[garbage.count - 1] = UInt8(ascii: "x")  // "5 x": no setMs
+        let bytes = Self.log([
+            LiveLog.moderation(.entry(ban, untilMs: 5_000, setMs: 1_000, reason: "spam")),
+            LiveLog.moderation(.entry(mute, untilMs: 9_000, setMs: 2_000, reason: "")),
+            LiveLog.moderation(.settings("r1", slowModeSeconds: 10, setMs: 3_000)),
+            LiveLog.moderation(.removed(mute, untilMs: 9_000, setMs: 4_000)),
+            LiveLog.moderation(.entry(ban, untilMs: 8_000, setMs: 5_000, reason: "again")),
+            garbage,
+        ])
+        let replayed = try bytes.withUnsafeBytes { raw in
+            Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) }
+        }.get()
+        #expect(replayed.moderation.map { $0.field } == [ban.field, mute.field, ModerationRecord.settings("r1", slowModeSeconds: 0, setMs: 0).field])
+        #expect(replayed.moderation.map { $0.value } == ["8000 5000 again", "9000 4000 !", "10 3000"])
+        #expect(replayed.connections.isEmpty && replayed.cluster == nil)
     }
 }
 

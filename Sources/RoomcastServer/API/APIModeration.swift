@@ -80,6 +80,7 @@ extension Server {
             throw APIError(409, "conflict", "a later change of this \(key.kind.rawValue) is already here; retry")
         }
         cluster?.store(entry.record)
+        logModeration(entry.record)
         let kicked = enforceBan(entry, now: now)
         logger.info("\(key.kind.rawValue) of '\(clipForLog(String(decoding: key.sub, as: UTF8.self), maxBytes: 64))' in \(key.room) "
                     + "for \(Int64(x)) s through the API", ["ROOM": key.room.string, "REASON": key.kind.rawValue])
@@ -92,7 +93,9 @@ extension Server {
         guard let entry = moderation.remove(key, setMs: set, wallMs: set) else {
             throw APIError(404, "not_\(key.kind == .ban ? "banned" : "muted")", "no \(key.kind.rawValue) of this sub in this room is in force")
         }
-        cluster?.store(.removed(key, untilMs: entry.untilMs, setMs: set))
+        let removal = ModerationRecord.removed(key, untilMs: entry.untilMs, setMs: set)
+        cluster?.store(removal)
+        logModeration(removal)
         return .json("{\"removed\": true}")
     }
 
@@ -111,7 +114,9 @@ extension Server {
         } catch {
             throw APIError(409, "conflict", "a later change of this room's settings is already here; retry")
         }
-        cluster?.store(.settings(room, slowModeSeconds: Int(x), setMs: set))
+        let setting = ModerationRecord.settings(room, slowModeSeconds: Int(x), setMs: set)
+        cluster?.store(setting)
+        logModeration(setting)
     }
 
     /// The entries in force by sub's bytes, `limit` after `cursor` (the last sub of the previous page).

@@ -308,6 +308,9 @@ extension Server {
         guard let live else { return }
         // The cluster link first: its origin and numbering (docs/cluster.md).
         var snapshot: [UInt8] = cluster?.liveSnapshot() ?? []
+        // Bans, mutes and slow modes (a few bytes each, at most
+        // ModerationBook.maxEntries): what a crash must keep of them.
+        for r in moderation.records { snapshot += LiveLog.moderation(r) }
         let budget = live.maximumLogBytes / 2 - LiveLog.headerSize - reserve
         var left: [String] = []
         for id in table.ids {

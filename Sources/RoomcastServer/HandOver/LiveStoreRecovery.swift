@@ -19,6 +19,7 @@ extension Server {
     func restoreAfterCrash(_ stored: [(fd: Int32, name: String)], started: UInt64, after: String = "a crash") -> String {
         var alive: [UInt64: LiveLog.Connection]?
         var carried: HandOverState.Cluster?
+        var moderated: [ModerationRecord] = []
         var problem: String?
         var newest: UInt32 = 0
         for s in stored where s.name.hasPrefix(HandOverName.liveStatePrefix) {
@@ -28,7 +29,8 @@ extension Server {
                 let generation = bytes.withUnsafeBytes { LiveLog.generation($0) } ?? 0
                 guard generation >= newest else { continue }
                 do throws(HandOverState.DecodeError) {
-                    (alive, carried) = try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) } }.get()
+                    let replayed = try bytes.withUnsafeBytes { raw in Result { () throws(HandOverState.DecodeError) in try LiveLog.replayAll(raw) } }.get()
+                    (alive, carried, moderated) = (replayed.connections, replayed.cluster, replayed.moderation)
                     newest = generation
                 } catch {
                     problem = "\(error.reason): \(error.description)"
@@ -48,6 +50,9 @@ extension Server {
             cluster?.restoredAfterCrash = true  // a new origin: the others are told these members are still here
         }
         let now = clock()
+        // Bans, mutes and slow mode go on, before any client is served (with
+        // a cluster, Redis's copy is loaded over them at connect).
+        for r in moderated { try? moderation.apply(r, nowMs: now, wallMs: wallClock()) }
         for b in stored where b.name.hasPrefix(HandOverName.liveBoxPrefix) {
             let (entries, trouble) = HandOverBox.drain(b.fd)
             if let trouble { problem = "handover_box_damaged: \(trouble)" }

@@ -122,6 +122,11 @@ extension Server {
         }
     }
 
+    /// A ban, mute, removal or setting taken here goes into the live log,
+    /// so that a crash keeps it (docs/operations.md; without a cluster
+    /// nothing else holds it).
+    func logModeration(_ record: ModerationRecord) { logLive(LiveLog.moderation(record)) }
+
     /// A change another daemon made (the control channel), or Redis's
     /// state at connect: the same rules as a change made here.
     func applyControl(_ message: ControlMessage, now: UInt64) {
@@ -135,6 +140,7 @@ extension Server {
                                ["REASON": "moderation_full"])
                 return
             } catch { return }
+            logModeration(record)
             if case .entry(let key, let until, let set, let reason) = record {
                 enforceBan(.init(key: key, untilMs: until, setMs: set, reason: reason), now: now)
             }
@@ -146,6 +152,7 @@ extension Server {
     /// Redis's moderation hash as loaded at connect (`ModerationBook.load`).
     func loadModeration(_ records: [ModerationRecord], now: UInt64) {
         let (taken, expired, missing) = moderation.load(records, nowMs: now, wallMs: wallClock())
+        for r in taken { logModeration(r) }
         for r in expired { cluster?.forgetExpired(r) }
         for r in missing { cluster?.store(r, tellOthers: false) }
         for case .entry(let key, let until, let set, let reason) in taken where key.kind == .ban {
