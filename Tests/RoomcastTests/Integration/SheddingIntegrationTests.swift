@@ -1,0 +1,183 @@
+// Shedding before cutting (docs/protocol.md §6, "Shedding") against the real
+// daemon: a viewer reading at about 20 KiB/s in a room where a sender sends
+// about 200 KiB/s of text and one gift a second. With `[limits] shed = text`
+// it stays connected, gets every gift and `skipped` notices whose counts,
+// with the texts it got, make up every text sent; with `shed = none` it is
+// cut as a slow consumer, as before shedding existed.
+import Foundation
+import Glibc
+import RoomcastCore
+import Testing
+
+/// What the slow viewer of `runSlowViewer` saw.
+struct SlowViewerRun: CustomStringConvertible {
+    var textsSent = 0
+    var giftsSent = 0
+    var textsReceived = 0
+    var giftsReceived = 0
+    /// `skipped` notices received, and the sum of their counts.
+    var skippedNotices = 0
+    var skipped = 0
+    /// Texts that did not come after the previous one received (a duplicate or a reordering).
+    var outOfOrder = 0
+    /// Bytes of frames the viewer read while it was slow.
+    var bytesRead = 0
+    var seconds = 0.0
+    /// The daemon closed the viewer.
+    var closed = false
+
+    var description: String {
+        "texts sent \(textsSent), received \(textsReceived), skipped \(skipped) in \(skippedNotices) notices; "
+            + "gifts sent \(giftsSent), received \(giftsReceived); out of order \(outOfOrder); "
+            + "viewer read \(bytesRead / 1024) KiB in \(String(format: "%.1f", seconds)) s; closed: \(closed)"
+    }
+}
+
+@Suite("Shedding before cutting: a slow viewer", .serialized)
+struct SheddingIntegrationTests {
+    /// How long the sender sends, in seconds.
+    static let seconds = 8
+    /// Text frames of about 1 KiB: 200 a second is 200 KiB/s.
+    static let textBytes = 1024
+    static let textsPerSecond = 200
+    /// The viewer's reading rate, in bytes a second.
+    static let readRate = 20 * 1024
+
+    /// Output limits small enough to make the test quick: the backlog of a
+    /// viewer that keeps receiving 200 KiB/s at 20 KiB/s passes the hard
+    /// limit within about 2 s; the soft clock has 4 s.
+    static func settings(shed: String) -> [String: String] {
+        ["protocol.echo": "no", "limits.output_soft_bytes": "32K", "limits.output_hard_bytes": "384K",
+         "limits.output_soft_seconds": "4s", "limits.shed": shed]
+    }
+
+    static let user = Wire.user("streamer")
+
+    /// Text `i`: "t<i> " padded to about `textBytes` bytes of frame.
+    static func text(_ i: Int) -> [UInt8] {
+        let head = "t\(i) "
+        return Wire.text(user, head + String(repeating: "x", count: textBytes - 60 - head.utf8.count))
+    }
+
+    /// For `seconds`, a sender sends texts at 200 KiB/s and a gift each
+    /// second (the first at 0) while the viewer reads at `readRate`; then the
+    /// viewer reads at full speed until it has accounted for every text and
+    /// gift (or 10 s pass, or it is closed).
+    static func runSlowViewer(_ d: Daemon) throws -> (SlowViewerRun, TestClient) {
+        let sender = try d.connect()
+        // A small receive buffer and MSS (TestClient): the backlog builds in the daemon.
+        let viewer = try d.connect(receiveBuffer: 4096)
+        var run = SlowViewerRun()
+        var lastText = -1
+        func take(_ f: Frame) {
+            switch f.type {
+            case Wire.text:
+                run.textsReceived += 1
+                let text = (try? ChatMessage(protobuf: f.body))?.text ?? ""
+                let n = Int(text.dropFirst().prefix { $0 != " " }) ?? -1
+                if n <= lastText { run.outOfOrder += 1 }
+                lastText = n
+            case Wire.gift:
+                run.giftsReceived += 1
+            case 9:
+                if let notice = try? Notice(protobuf: f.body), notice.code == "skipped" {
+                    run.skippedNotices += 1
+                    run.skipped += Int(notice.count ?? 0)
+                }
+            default:
+                break
+            }
+        }
+        let start = monotonicMs()
+        let end = start + Int64(seconds) * 1_000
+        var closedAt: Int64?
+        while case let now = monotonicMs(), now < end {
+            let elapsed = now - start
+            // What the sender owes by now, in one write.
+            var batch: [UInt8] = []
+            let texts = Int(elapsed) * textsPerSecond / 1_000
+            while run.textsSent < texts {
+                batch += text(run.textsSent)
+                run.textsSent += 1
+            }
+            while run.giftsSent <= Int(elapsed) / 1_000 {
+                batch += Wire.gift(user, "rose", count: Int32(run.giftsSent + 1))
+                run.giftsSent += 1
+            }
+            if !batch.isEmpty { try sender.sendRaw(batch) }
+            // The viewer reads within its budget until the next tick (10 ms).
+            let tickEnd = now + 10
+            while case let t = monotonicMs(), t < tickEnd {
+                guard closedAt == nil, run.bytesRead < Int(t - start) * readRate / 1_000 else {
+                    pause(.milliseconds(Int(tickEnd - t)))
+                    break
+                }
+                guard let f = viewer.receiveFrame(timeout: .milliseconds(Int(tickEnd - t))) else {
+                    if viewer.isClosed(within: .milliseconds(0)) { closedAt = closedAt ?? monotonicMs() }
+                    break
+                }
+                run.bytesRead += f.body.count + FrameCodec.headerSize
+                take(f)
+            }
+        }
+        run.seconds = Double(monotonicMs() - start) / 1_000
+        // Caught up at full speed: the last episode's notice follows its texts.
+        let deadline = monotonicMs() + 10_000
+        while closedAt == nil, run.textsReceived + run.skipped < run.textsSent || run.giftsReceived < run.giftsSent,
+              case let left = deadline - monotonicMs(), left > 0 {
+            guard let f = viewer.receiveFrame(timeout: .milliseconds(Int(left))) else { break }
+            take(f)
+        }
+        run.closed = closedAt != nil || viewer.isClosed(within: .milliseconds(200))
+        sender.expectOpen()
+        return (run, viewer)
+    }
+
+    @Test("shed = text: the slow viewer stays connected, gets every gift, and texts received + skipped == texts sent; logged once per episode; roomcast_frames_shed_total counts them")
+    func shedText() throws {
+        let (d, keys) = try APIIntegrationTests.daemon(Self.settings(shed: "text"))  // the API, for /metrics
+        defer { withExtendedLifetime(keys) {} }
+        let (run, viewer) = try Self.runSlowViewer(d)
+        reportFigure("shed=text: \(run)")
+        reportFigure("shedding", "texts_sent", "\(run.textsSent)")
+        reportFigure("shedding", "texts_received", "\(run.textsReceived)")
+        reportFigure("shedding", "texts_skipped", "\(run.skipped)")
+        reportFigure("shedding", "skipped_notices", "\(run.skippedNotices)")
+        reportFigure("shedding", "gifts", "\(run.giftsReceived)/\(run.giftsSent)")
+        #expect(!run.closed, "\(run)")
+        #expect(run.giftsSent == Self.seconds && run.giftsReceived == run.giftsSent, "\(run)")
+        #expect(run.skippedNotices > 0 && run.skipped > 0, "\(run)")
+        #expect(run.textsReceived + run.skipped == run.textsSent, "\(run)")
+        #expect(run.outOfOrder == 0, "\(run)")
+        // The viewer read about 20 KiB/s: most texts cannot have reached it.
+        #expect(run.textsReceived < run.textsSent / 2, "\(run)")
+        #expect(d.stderr.line(with: ["slow consumer", "closing"]) == nil, "\(d.stderr.line(with: ["slow consumer", "closing"]) ?? "")")
+
+        let address = viewer.address
+        let started = d.stderr.current.split(separator: "\n").filter { $0.contains("REASON=shedding ") && $0.contains("CLIENT_ADDR=\(address)") }
+        let ended = d.stderr.current.split(separator: "\n").filter { $0.contains("REASON=shedding_ended") && $0.contains("CLIENT_ADDR=\(address)") }
+        #expect(!started.isEmpty && !ended.isEmpty, "the journal lines of the episodes")
+        // Logged once per episode, within the logger's rate limit: never more lines than notices.
+        #expect(started.count <= run.skippedNotices && ended.count <= run.skippedNotices, "\(started.count) starts, \(ended.count) ends")
+        #expect(ended.first.map { $0.contains(" SKIPPED=") && $0.contains(" text frames were not sent to it") } == true, "\(ended.first ?? "")")
+
+        let api = try APITestClient(port: try #require(d.apiPort))
+        let body = api.request("GET", "/metrics")?.body ?? ""
+        #expect(body.contains("# TYPE roomcast_frames_shed_total counter\n"))
+        #expect(RefusalMetricsTests.sample(body, "roomcast_frames_shed_total") == UInt64(run.skipped), "\(run)")
+        viewer.expectOpen()
+    }
+
+    @Test("shed = none: the same slow viewer is cut as a slow consumer, and told of no skipped text")
+    func shedNone() throws {
+        let d = try Daemon(Self.settings(shed: "none"))
+        let (run, viewer) = try Self.runSlowViewer(d)
+        reportFigure("shed=none: \(run)")
+        reportFigure("shedding", "none_texts_received", "\(run.textsReceived)/\(run.textsSent)")
+        #expect(run.closed, "\(run)")
+        #expect(run.skippedNotices == 0 && run.skipped == 0, "\(run)")
+        #expect(d.stderr.wait(forLineWith: ["slow consumer", "CLIENT_ADDR=\(viewer.address)"], timeout: .seconds(2)),
+                "cut with REASON=output_hard_limit or output_soft_limit")
+        #expect(d.stderr.line(with: ["REASON=shedding"]) == nil)
+    }
+}
