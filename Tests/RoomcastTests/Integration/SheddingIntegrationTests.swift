@@ -180,4 +180,38 @@ struct SheddingIntegrationTests {
                 "cut with REASON=output_hard_limit or output_soft_limit")
         #expect(d.stderr.line(with: ["REASON=shedding"]) == nil)
     }
+
+    @Test("a JSON viewer that reads nothing while 300 texts and 3 gifts come: then it gets every gift, the texts not shed, and {\"cmd\":\"notice\",\"code\":\"skipped\"} with the rest")
+    func jsonViewer() throws {
+        let d = try Daemon(Self.settings(shed: "text").merging(["json.listen": "127.0.0.1:0"]) { $1 })
+        let viewer = try JSONTestClient(d, receiveBuffer: 4096)
+        try viewer.send(["cmd": "nickname", "nickname": "phone", "room": "live"])
+        let sender = try d.connect()
+        try sender.send(Wire.join(Wire.user("streamer", room: "live")))
+        #expect(viewer.receive(timeout: .seconds(3))?["cmd"] as? String == "join", "the viewer is in the room")
+        // Small batches, so that no loop turn alone holds more than the hard limit.
+        for batch in 0..<30 {
+            var bytes = (0..<10).flatMap { Self.text(batch * 10 + $0) }
+            if batch % 10 == 9 { bytes += Wire.gift(Self.user, "rose", count: Int32(batch / 10 + 1)) }
+            try sender.sendRaw(bytes)
+            pause(.milliseconds(20))
+        }
+        #expect(d.stderr.wait(forLineWith: ["REASON=shedding ", "CLIENT_ADDR=\(viewer.address)"], timeout: .seconds(5)))
+        var texts = 0, gifts = 0, skipped = 0, notices = 0
+        while texts + skipped < 300 || gifts < 3, let m = viewer.receive(timeout: .seconds(5)) {
+            switch m["cmd"] as? String {
+            case "msg": texts += 1
+            case "gift": gifts += 1
+            case "notice" where m["code"] as? String == "skipped":
+                notices += 1
+                skipped += m["count"] as? Int ?? 0
+            default: break
+            }
+        }
+        reportFigure("shed=text, JSON viewer: \(texts) texts received + \(skipped) skipped (\(notices) notices) of 300, \(gifts) of 3 gifts")
+        #expect(notices >= 1 && skipped > 0 && texts + skipped == 300 && gifts == 3,
+                "\(texts) texts + \(skipped) skipped in \(notices) notices, \(gifts) gifts")
+        viewer.connection.expectOpen()
+        sender.expectOpen()
+    }
 }
