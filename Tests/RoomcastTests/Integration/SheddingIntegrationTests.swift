@@ -181,6 +181,47 @@ struct SheddingIntegrationTests {
         #expect(d.stderr.line(with: ["REASON=shedding"]) == nil)
     }
 
+    /// 300 texts of about 1 KiB and 3 gifts (one after each 100), in
+    /// batches of 10 texts 20 ms apart: small batches, so that no loop turn
+    /// alone holds more than the hard limit.
+    static func sendBurst(_ sender: TestClient) throws {
+        for batch in 0..<30 {
+            var bytes = (0..<10).flatMap { text(batch * 10 + $0) }
+            if batch % 10 == 9 { bytes += Wire.gift(user, "rose", count: Int32(batch / 10 + 1)) }
+            try sender.sendRaw(bytes)
+            pause(.milliseconds(20))
+        }
+    }
+
+    @Test("shed = none, then text after SIGHUP: the reload applies to a connected viewer that read nothing through a burst")
+    func reload() throws {
+        let d = try Daemon(Self.settings(shed: "none"))
+        let sender = try d.connect()
+        let viewer = try d.connect(receiveBuffer: 4096)
+        func burstThenRead() throws -> (texts: Int, gifts: Int, skipped: Int) {
+            try Self.sendBurst(sender)
+            var texts = 0, gifts = 0, skipped = 0
+            while texts + skipped < 300 || gifts < 3, let f = viewer.receiveFrame(timeout: .seconds(5)) {
+                switch f.type {
+                case Wire.text: texts += 1
+                case Wire.gift: gifts += 1
+                case 9: skipped += (try? Notice(protobuf: f.body)).flatMap { $0.code == "skipped" ? $0.count : nil }.map(Int.init) ?? 0
+                default: break
+                }
+            }
+            return (texts, gifts, skipped)
+        }
+        let before = try burstThenRead()
+        #expect(before == (300, 3, 0), "shed = none: every text, none skipped: \(before)")
+        try d.rewriteConfig(Daemon.fullConfig(Self.settings(shed: "text")))
+        d.child.kill(SIGHUP)
+        #expect(d.stderr.wait(forLineWith: ["configuration reloaded from \(d.configPath)"]))
+        let after = try burstThenRead()
+        reportFigure("reload none -> text: before \(before), after \(after) (texts, gifts, skipped)")
+        #expect(after.skipped > 0 && after.texts + after.skipped == 300 && after.gifts == 3, "shed = text after the reload: \(after)")
+        viewer.expectOpen()
+    }
+
     @Test("a JSON viewer that reads nothing while 300 texts and 3 gifts come: then it gets every gift, the texts not shed, and {\"cmd\":\"notice\",\"code\":\"skipped\"} with the rest")
     func jsonViewer() throws {
         let d = try Daemon(Self.settings(shed: "text").merging(["json.listen": "127.0.0.1:0"]) { $1 })
@@ -189,13 +230,7 @@ struct SheddingIntegrationTests {
         let sender = try d.connect()
         try sender.send(Wire.join(Wire.user("streamer", room: "live")))
         #expect(viewer.receive(timeout: .seconds(3))?["cmd"] as? String == "join", "the viewer is in the room")
-        // Small batches, so that no loop turn alone holds more than the hard limit.
-        for batch in 0..<30 {
-            var bytes = (0..<10).flatMap { Self.text(batch * 10 + $0) }
-            if batch % 10 == 9 { bytes += Wire.gift(Self.user, "rose", count: Int32(batch / 10 + 1)) }
-            try sender.sendRaw(bytes)
-            pause(.milliseconds(20))
-        }
+        try Self.sendBurst(sender)
         #expect(d.stderr.wait(forLineWith: ["REASON=shedding ", "CLIENT_ADDR=\(viewer.address)"], timeout: .seconds(5)))
         var texts = 0, gifts = 0, skipped = 0, notices = 0
         while texts + skipped < 300 || gifts < 3, let m = viewer.receive(timeout: .seconds(5)) {
