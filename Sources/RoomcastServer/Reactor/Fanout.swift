@@ -286,11 +286,15 @@ final class Fanout: FrameSink {
             // No nested function for the JSON translation: one that captures
             // these locals made every delivery pay for dynamic exclusivity
             // checks (callgrind: 77 -> 108 instructions per delivery).
-            for m in members where m != except && boxes[m].takesFrames {
-                if sheds && boxes[m].softSinceMs != nil && m != sender {
-                    shed.append(m)  // a slow consumer: others' texts wait until it catches up
-                    continue
-                }
+            // A text broadcast first looks for slow consumers (their soft
+            // clock runs) and leaves them out: others' texts wait until they
+            // catch up. Any other broadcast walks `members` as it always did.
+            var targets = members
+            if sheds {
+                for m in members where m != except && m != sender && boxes[m].softSinceMs != nil && boxes[m].takesFrames { shed.append(m) }
+                if !shed.isEmpty { targets = members.filter { $0 == sender || boxes[$0].softSinceMs == nil } }
+            }
+            for m in targets where m != except && boxes[m].takesFrames {
                 if boxes[m].json {
                     if json == nil {
                         if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
@@ -609,9 +613,11 @@ final class Fanout: FrameSink {
         let tracksTorn = tracksTornFrames
         let hard = outputHardBytes
         var sent = 0  // bytes the kernel took, added to `bytesOut` once, after the closure
+        var wasSlow = false  // above the soft limit before this send: a shedding episode may end
         let written: Written = outboxes.withUnsafeMutableBufferPointer { boxes in
             boxes[id].queued = false
             guard let state = boxes[id].state, state != .closing, boxes[id].pending > 0 else { return .nothing }
+            wasSlow = boxes[id].softSinceMs != nil
             let hadBacklog = boxes[id].writeArmed
             let before = boxes[id].pending
             let result = self.send(&boxes[id], keepCapacity: keepCapacity, tracksTorn: tracksTorn)
@@ -646,7 +652,7 @@ final class Fanout: FrameSink {
         if retain { retainDrainedBuffer(id) }
         switch written {
         case .overLimit(let pending): closeOverLimit(id, pending: pending)
-        case .all, .partial: endSheddingIfCaughtUp(id)
+        case .all, .partial: if wasSlow { endSheddingIfCaughtUp(id) }  // a flush that keeps up touches no dictionary
         case .nothing, .failed: break
         }
         return written
