@@ -96,6 +96,8 @@ tick = 100ms
 output_soft_bytes = 64K
 output_soft_seconds = 2s
 output_hard_bytes = 512K
+# Healthy readers must get every chatter frame (shedding is tested in SheddingIntegrationTests).
+shed = none
 
 [log]
 target = stderr

@@ -185,7 +185,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api", "tls", "rooms"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 71)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 72)
     }
 
     /// The operator's documentation names every key: the table of
@@ -252,6 +252,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
             frames_burst = 100
             bytes_per_second = 1M
             bytes_burst = 2M
+            shed = none
             [log]
             level = debug
             target = journal
@@ -296,7 +297,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
                             heartbeatType: 1, echo: false, validate: false, maxViolations: 10, maxRoomBytes: 1024, noticeType: 77),
             heartbeat: .init(timeoutMs: 90_000, tickMs: 250),
             limits: .init(outputSoftBytes: 1 << 20, outputSoftMs: 2_000, outputHardBytes: 2 << 20,
-                          framesPerSecond: 50, framesBurst: 100, bytesPerSecond: 1 << 20, bytesBurst: 2 << 20),
+                          framesPerSecond: 50, framesBurst: 100, bytesPerSecond: 1 << 20, bytesBurst: 2 << 20, shed: .none),
             log: .init(level: .debug, target: .journal, statsIntervalMs: 0),
             json: .init(listen: [ListenAddress(host: "127.0.0.1", port: 9899, isIPv6: false),
                                  ListenAddress(host: "::1", port: 9899, isIPv6: true)],
@@ -395,6 +396,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[server]\nmax_clients = 99999999999999999999", 2, "out of range (1 .. 1048576)"),
         ("[server]\ndefault_room =", 2, "server.default_room: must not be empty"),
         ("[protocol]\nbyte_order = network", 2, "'network' is not one of little, big"),
+        ("[limits]\nshed = gifts", 2, "limits.shed: 'gifts' is not one of text, none"),
         ("[protocol]\nmax_frame_bytes = 0", 2, "out of range (1 .. 1G)"),
         ("[protocol]\nmax_frame_bytes = 2G", 2, "out of range"),
         ("[protocol]\nmax_frame_bytes = 64KB", 2, "is not a size"),

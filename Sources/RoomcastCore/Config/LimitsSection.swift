@@ -1,6 +1,17 @@
 // `[limits]`: slow consumers and rate limits per client.
 
 extension Config {
+    /// `shed`: what a slow consumer stops being given before it is cut
+    /// (docs/protocol.md §6, "Shedding").
+    public enum Shed: String, Equatable, Sendable, CaseIterable {
+        /// Text frames (type 2) sent by others are not given to a connection
+        /// whose backlog is above `output_soft_bytes`; it is told how many
+        /// with the notice `skipped` once it is back at or under it (default).
+        case text
+        /// Nothing is shed: a slow consumer gets every frame until a limit cuts it.
+        case none
+    }
+
     /// `[limits]`: per-client output queue (slow consumers).
     public struct Limits: Equatable, Sendable {
         /// `output_soft_bytes`: queue size above which the soft timer runs.
@@ -27,6 +38,9 @@ extension Config {
         /// `bytes_burst`: bucket size for `bytes_per_second`, at least one
         /// frame of `max_frame_bytes`; 0 = one second's worth (default).
         public var bytesBurst: Int
+        /// `shed`: `text` (default) or `none`, see `Shed`. Applies on SIGHUP
+        /// to connected clients.
+        public var shed: Shed = .text
     }
 }
 
@@ -54,6 +68,7 @@ extension SectionSpec {
         KeySpec(name: "bytes_burst") { c, v throws(ValueError) in
             c.limits.bytesBurst = try size(v, 0...(1 << 40))
         },
+        KeySpec(name: "shed") { c, v throws(ValueError) in c.limits.shed = try choice(v) },
     ])
 }
 

@@ -21,6 +21,8 @@ extension Server {
                FrameKind.allCases.map { ("{type=\"\($0.label)\"}", relay.receivedByKind[$0]) })
         family("frames_delivered_total", "counter", "Frames queued for a recipient, by type.",
                FrameKind.allCases.map { ("{type=\"\($0.label)\"}", table.fanout.deliveredByKind[$0]) })
+        family("frames_shed_total", "counter", "Text frames not sent to slow consumers above output_soft_bytes ([limits] shed = text).",
+               [("", table.fanout.framesShed)])
         family("received_bytes_total", "counter", "Bytes read from clients (before TLS decryption).", [("", status.bytesIn)])
         family("sent_bytes_total", "counter", "Bytes the kernel (or OpenSSL) took for clients.", [("", table.fanout.bytesOut)])
         family("disconnects_total", "counter", "Client connections ended, by reason.",

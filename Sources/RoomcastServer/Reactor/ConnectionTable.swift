@@ -54,6 +54,7 @@ final class ConnectionTable {
         slots[id] = nil
         fanout.outboxes[id].queue.release()
         fanout.outboxes[id] = Outbox()
+        fanout.forgetShedding(id)
         freeSlots.append(id)
         count -= 1
     }

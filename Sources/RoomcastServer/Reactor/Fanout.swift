@@ -180,6 +180,34 @@ final class Fanout: FrameSink {
     var remoteSenderAddress = ""
     /// Keep `Outbox.torn` (the crash path is on, LiveStore.swift).
     var tracksTornFrames = false
+    /// `limits.shed = text` (docs/protocol.md §6, "Shedding"): text frames
+    /// sent by others are not given to a connection whose backlog is above
+    /// `output_soft_bytes` (its `softSinceMs` is set, by `write` after its
+    /// last send). Read once per broadcast.
+    var shedsText = true
+    /// Text frames withheld from each connection in its shedding episode,
+    /// by id: only connections in one (a dictionary touched per broadcast
+    /// that sheds, and per flush only while an episode is open, never per
+    /// delivery). An episode opens with its first text withheld and ends
+    /// when the connection's backlog is back at or under `output_soft_bytes`.
+    private(set) var shedding: [Int: Int] = [:]
+    /// A shedding episode that started or ended, for the server to log and,
+    /// at its end, to tell the client with the notice `skipped`.
+    struct SheddingEpisode: Equatable {
+        var id: Int
+        /// Taken when it happens: the slot may be reused before it is logged.
+        var address: String
+        /// Texts withheld in the episode so far: 1 at its start.
+        var count: Int
+    }
+    /// Episodes opened since the server last took them (`Server.reportShedding`).
+    var sheddingStarted: [SheddingEpisode] = []
+    /// Episodes ended since the server last took them: their `skipped` notices are still to be queued.
+    var sheddingEnded: [SheddingEpisode] = []
+    /// Episodes are waiting to be logged (and told, for those that ended).
+    var hasSheddingReports: Bool { !sheddingStarted.isEmpty || !sheddingEnded.isEmpty }
+    /// Text frames withheld from slow consumers (`roomcast_frames_shed_total`).
+    var framesShed: UInt64 = 0
     /// Upgraded WebSocket connections whose own backlog passed
     /// `output_hard_bytes` in this pass, with that backlog in bytes: their
     /// queue holds only the rest of their torn frame now, and the server
@@ -217,6 +245,10 @@ final class Fanout: FrameSink {
         var jsonTooLarge: Int?
         let jsonLimit = jsonMaxFrameBytes
         var count = 0
+        // Shedding (docs/protocol.md §6): the type is read once per broadcast;
+        // only a text broadcast pays a comparison per recipient.
+        let sheds = shedsText && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
+        var shed: [Int] = []
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ range: Range<Int>, _ form: BatchForm, _ m: Int) {
                 let n = range.count
@@ -254,7 +286,15 @@ final class Fanout: FrameSink {
             // No nested function for the JSON translation: one that captures
             // these locals made every delivery pay for dynamic exclusivity
             // checks (callgrind: 77 -> 108 instructions per delivery).
-            for m in members where m != except && boxes[m].takesFrames {
+            // A text broadcast first looks for slow consumers (their soft
+            // clock runs) and leaves them out: others' texts wait until they
+            // catch up. Any other broadcast walks `members` as it always did.
+            var targets = members
+            if sheds {
+                for m in members where m != except && m != sender && boxes[m].softSinceMs != nil && boxes[m].takesFrames { shed.append(m) }
+                if !shed.isEmpty { targets = members.filter { $0 == sender || boxes[$0].softSinceMs == nil } }
+            }
+            for m in targets where m != except && boxes[m].takesFrames {
                 if boxes[m].json {
                     if json == nil {
                         if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
@@ -291,13 +331,48 @@ final class Fanout: FrameSink {
         if let bytes = jsonTooLarge { skips.append(Skip(kind: .overJSONLimit, address: address(of: sender), bytes: bytes)) }
         for (m, pending) in overHard { closeOverLimit(m, pending: pending) }
         for (m, e) in failed { table?.close(m, SystemError("send", errno: e).description) }
+        if !shed.isEmpty { noteShed(shed) }
         deliveries &+= UInt64(count)
         if count > 0, frame.count >= FrameCodec.headerSize {
             let k = kindCodes
-            let type = k.little ? UInt16(frame[4]) | UInt16(frame[5]) << 8 : UInt16(frame[4]) << 8 | UInt16(frame[5])
-            deliveredByKind.add(FrameKind.of(type, join: k.join, leave: k.leave, heartbeat: k.heartbeat, notice: k.notice), UInt64(count))
+            deliveredByKind.add(FrameKind.of(frameType(frame), join: k.join, leave: k.leave, heartbeat: k.heartbeat, notice: k.notice), UInt64(count))
         }
         return count
+    }
+
+    /// The type of an LTB frame (at least a header long) in the relay's byte order.
+    @inline(__always)
+    private func frameType(_ frame: UnsafeRawBufferPointer) -> UInt16 {
+        kindCodes.little ? UInt16(frame[4]) | UInt16(frame[5]) << 8 : UInt16(frame[4]) << 8 | UInt16(frame[5])
+    }
+
+    /// Counts a text withheld from each of `ids`, opening an episode for
+    /// those not in one (`sheddingStarted`). Once per broadcast that sheds.
+    @inline(never)
+    private func noteShed(_ ids: [Int]) {
+        framesShed &+= UInt64(ids.count)
+        for id in ids {
+            if let n = shedding[id] {
+                shedding[id] = n + 1
+            } else {
+                shedding[id] = 1
+                sheddingStarted.append(SheddingEpisode(id: id, address: address(of: id), count: 1))
+            }
+        }
+    }
+
+    /// Ends the shedding episode of `id` if it has one and its backlog is
+    /// no longer above `output_soft_bytes` (`softSinceMs` cleared): it goes
+    /// to `sheddingEnded`, for its `skipped` notice. Called where the soft
+    /// clock stops (`write`, `Server.checkSoftLimits`).
+    func endSheddingIfCaughtUp(_ id: Int) {
+        guard !shedding.isEmpty, outboxes[id].softSinceMs == nil, let n = shedding.removeValue(forKey: id) else { return }
+        sheddingEnded.append(SheddingEpisode(id: id, address: address(of: id), count: n))
+    }
+
+    /// Forgets the shedding episode of a connection that goes away (its slot is freed).
+    func forgetShedding(_ id: Int) {
+        if !shedding.isEmpty { shedding[id] = nil }
     }
 
     /// Appends `bytes` to the batch's region of `form`.
@@ -538,9 +613,11 @@ final class Fanout: FrameSink {
         let tracksTorn = tracksTornFrames
         let hard = outputHardBytes
         var sent = 0  // bytes the kernel took, added to `bytesOut` once, after the closure
+        var wasSlow = false  // above the soft limit before this send: a shedding episode may end
         let written: Written = outboxes.withUnsafeMutableBufferPointer { boxes in
             boxes[id].queued = false
             guard let state = boxes[id].state, state != .closing, boxes[id].pending > 0 else { return .nothing }
+            wasSlow = boxes[id].softSinceMs != nil
             let hadBacklog = boxes[id].writeArmed
             let before = boxes[id].pending
             let result = self.send(&boxes[id], keepCapacity: keepCapacity, tracksTorn: tracksTorn)
@@ -573,7 +650,11 @@ final class Fanout: FrameSink {
         }
         bytesOut &+= UInt64(sent)
         if retain { retainDrainedBuffer(id) }
-        if case .overLimit(let pending) = written { closeOverLimit(id, pending: pending) }
+        switch written {
+        case .overLimit(let pending): closeOverLimit(id, pending: pending)
+        case .all, .partial: if wasSlow { endSheddingIfCaughtUp(id) }  // a flush that keeps up touches no dictionary
+        case .nothing, .failed: break
+        }
         return written
     }
 

@@ -95,6 +95,7 @@ extension Server {
         table.fanout.relaySettings = relay.settings
         table.fanout.outputHardBytes = config.limits.outputHardBytes
         table.fanout.jsonMaxFrameBytes = config.json.maxFrameBytes
+        table.fanout.shedsText = config.limits.shed == .text
         table.countPerIP = config.server.maxClientsPerIP > 0
         heartbeats.reconfigure(config, nowMs: now)
         cluster?.reconfigure(config.cluster)

@@ -60,10 +60,15 @@ extension Server {
     /// Reaps connections marked for close and flushes queued output, until
     /// neither produces more work (a reap may queue leave frames; a failed
     /// write may mark another close). Terminates: connections only go away.
-    /// Then logs the frames skipped for their size.
+    /// Shedding episodes are logged and their `skipped` notices queued on
+    /// the way (`reportShedding`). Then logs the frames skipped for their size.
     func reapAndFlush(now: UInt64) {
         let fanout = table.fanout
-        while !table.closeList.isEmpty || !fanout.flushList.isEmpty || !fanout.slowWebSockets.isEmpty {
+        while !table.closeList.isEmpty || !fanout.flushList.isEmpty || !fanout.slowWebSockets.isEmpty || fanout.hasSheddingReports {
+            // Episodes that ended in a flush (this loop's, or one on EPOLLOUT
+            // before it) or in the soft-limit check: their `skipped` notices
+            // are queued here and flushed below.
+            if fanout.hasSheddingReports { reportShedding(now: now) }
             // First: a slow WebSocket's close frame must be queued before its next flush.
             while let (id, pending) = fanout.slowWebSockets.popLast() { closeOverHardLimit(id, pending: pending, now: now) }
             while let id = table.closeList.popLast() { reap(id) }
@@ -99,6 +104,7 @@ extension Server {
             let pending = table.fanout.outboxes[id].pending
             if pending <= soft {
                 table.fanout.outboxes[id].softSinceMs = nil
+                table.fanout.endSheddingIfCaughtUp(id)  // its notice is queued by reapAndFlush
                 return true
             }
             guard now &- since >= window else { return false }
@@ -114,6 +120,31 @@ extension Server {
                 table.close(id, why)
             }
             return true
+        }
+    }
+
+    /// Logs the shedding episodes (docs/protocol.md §6, "Shedding") that
+    /// started (REASON=shedding) and ended (REASON=shedding_ended, with the
+    /// count) since the last call, and queues for each that ended the notice
+    /// `skipped` whose `count` is the texts withheld, in the client's dialect.
+    func reportShedding(now: UInt64) {
+        let fanout = table.fanout
+        let soft = formatSize(config.limits.outputSoftBytes)
+        for e in fanout.sheddingStarted {
+            logger.peerWarning(reason: "shedding", nowMs: now,
+                               "\(e.address): slow consumer, output above output_soft_bytes (\(soft)): "
+                               + "text frames of others are not sent to it until it catches up",
+                               ["CLIENT_ADDR": e.address, "ROOM": relay.room(of: e.id) ?? ""])
+        }
+        fanout.sheddingStarted.removeAll()
+        let ended = fanout.sheddingEnded
+        fanout.sheddingEnded.removeAll()
+        for e in ended {
+            logger.peerWarning(reason: "shedding_ended", nowMs: now,
+                               "\(e.address): caught up (output at or under output_soft_bytes, \(soft)); \(e.count) text frames were not sent to it",
+                               ["CLIENT_ADDR": e.address, "ROOM": relay.room(of: e.id) ?? "", "SKIPPED": String(e.count)])
+            guard table.isOpen(e.id) else { continue }
+            sendNotice(e.id, Notice(code: "skipped", count: Int64(e.count)))
         }
     }
 

@@ -147,6 +147,7 @@ public final class Server {
         let settings = RelaySettings(config)
         let fanout = Fanout(outputHardBytes: config.limits.outputHardBytes, relaySettings: settings)
         fanout.jsonMaxFrameBytes = config.json.maxFrameBytes
+        fanout.shedsText = config.limits.shed == .text
         self.table = ConnectionTable(fanout: fanout)
         self.table.countPerIP = config.server.maxClientsPerIP > 0
         self.relay = Relay(settings: settings)

@@ -13,9 +13,10 @@ final class JSONTestClient {
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     var address: String { connection.address }
 
-    init(_ daemon: Daemon) throws {
+    /// - Parameter receiveBuffer: for a slow consumer (see `TestClient.init`).
+    init(_ daemon: Daemon, receiveBuffer: Int? = nil) throws {
         let port = try #require(daemon.jsonPort, "the daemon has no [json] listener")
-        connection = try TestClient(host: daemon.host, port: port, owner: daemon)
+        connection = try TestClient(host: daemon.host, port: port, receiveBuffer: receiveBuffer, owner: daemon)
         guard daemon.stderr.wait(for: "client connected CLIENT_ADDR=\(connection.address) ") else {
             throw HarnessError("roomcastd did not log accepting \(connection.address)")
         }
