@@ -428,7 +428,7 @@ bench-tls:
 
 # Recent lines on join: fan-out to 1,000 members with [rooms] history = 50
 # against history = 0, alternating over rounds, and callgrind's instructions
-# per delivery of both (bench/history.sh, about 4 minutes plus the build).
+# per delivery of both (bench/history.sh, about 6 minutes plus the build).
 bench-history:
 	bench/history.sh
 
