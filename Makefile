@@ -9,7 +9,7 @@
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
 #   make bench        benchmark roomcastd against a minimal C relay and Redis pub/sub (BENCHMARKS.md);
-#                     bench-relay, bench-plot, bench-profile, bench-tls, bench-publish
+#                     bench-relay, bench-plot, bench-profile, bench-tls, bench-publish, bench-history
 #   make install      static release build, installed under $(DESTDIR)$(PREFIX)
 #   make deb          the Debian package roomcast_VERSION_ARCH.deb (packaging/deb/);
 #                     lint-deb runs lintian on it
@@ -392,7 +392,7 @@ clean:
 BENCH_BUILD ?= $(CURDIR)/.build-bench
 export BENCH_BUILD
 
-.PHONY: bench bench-relay bench-plot bench-profile bench-cluster bench-tls bench-publish
+.PHONY: bench bench-relay bench-plot bench-profile bench-cluster bench-tls bench-publish bench-history
 
 # Every workload of BENCHMARKS.md against roomcastd, the C relay
 # bench/ltb-relay.c (the practical limit) and Redis (installed if missing):
@@ -425,6 +425,12 @@ bench-publish:
 # The TLS rows (bench/tls.sh): fan-out over TLS beside plain, RSS per idle TLS connection.
 bench-tls:
 	bench/tls.sh
+
+# Recent lines on join: fan-out to 1,000 members with [rooms] history = 50
+# against history = 0, alternating over rounds, and callgrind's instructions
+# per delivery of both (bench/history.sh, about 6 minutes plus the build).
+bench-history:
+	bench/history.sh
 
 # One hot room on one daemon against the same room split across two
 # daemons of a cluster (Redis pub/sub), and Redis's cost per frame (~2 minutes

@@ -1,4 +1,4 @@
-# Shared by bench/run.sh, bench/plot.sh and bench/profile.sh (sourced, bash).
+# Shared by the bench/*.sh scripts: run.sh, plot.sh, profile.sh, history.sh... (sourced, bash).
 #
 # Starts the servers under test on loopback ports, pinned to core 0 with
 # taskset, and stops everything it started on exit (trap). The generator runs
@@ -177,4 +177,45 @@ machine_json() {
         "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
         "$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([^ ]*\).*/\1/p')" \
         "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# Installs valgrind from Debian when it is missing (make bench-profile,
+# make bench-history's instruction counts).
+ensure_valgrind() {
+    command -v valgrind >/dev/null && return 0
+    log "valgrind is missing: apt-get install -y valgrind"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind >&2
+}
+
+# callgrind_run CONFIG FRAMES OUTFILE ARGS...: the release roomcastd with
+# CONFIG under valgrind's callgrind for one bounded closed-loop fan-out of
+# roomcast-bench (1 publisher, 64-byte bodies, window 32, FRAMES frames, no
+# heartbeats; ARGS add to or override that: --members N, --body text), then
+# SIGTERM. Sets IR (callgrind's instruction count of the whole run, start-up
+# and joins included) and OUTFILE (the callgrind file it wrote); exits when
+# the run lost a frame or the daemon closed a connection (the count would
+# not be of the workload). Use timeout = 0 in CONFIG: the generator sends no
+# heartbeats.
+callgrind_run() {
+    local conf=$1 frames=$2 out=$3; shift 3
+    local name
+    name=$(basename "$out" .out)
+    port_free "$ROOMCAST_PORT" || { log "port $ROOMCAST_PORT is busy"; exit 1; }
+    taskset -c "$SERVER_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
+        "$BIN/roomcastd" --config "$conf" --listen "127.0.0.1:$ROOMCAST_PORT" >"$LOGDIR/$name.log" 2>&1 &
+    ROOMCAST_PID=$!
+    for _ in $(seq 600); do ss -Htln "sport = :$ROOMCAST_PORT" | grep -q . && break; sleep 0.1; done
+    timeout 600 taskset -c "$GEN_CPU" "$BIN/roomcast-bench" --port "$ROOMCAST_PORT" \
+        --publishers 1 --size 64 --window 32 --frames "$frames" --heartbeat 0 --drain 30 --json "$@" \
+        >"$LOGDIR/$name.json"
+    stop_roomcastd
+    # "summary: N" (or "totals: N") is the whole run's instruction count.
+    IR=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$out" | head -1)
+    OUTFILE=$out
+    python3 - "$LOGDIR/$name.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+if d["loss"] != 0 or d["closed_by_server"] != 0:
+    sys.exit(f"profile run not clean: loss {d['loss']}, closed {d['closed_by_server']}")
+PY
 }

@@ -27,45 +27,17 @@ FRAMES_A=${FRAMES_A:-1000}
 FRAMES_B=${FRAMES_B:-5000}
 TOP=${TOP:-25}
 
-command -v valgrind >/dev/null || {
-    log "valgrind is missing: apt-get install -y valgrind"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind >&2
-}
+ensure_valgrind
 build
 mkdir -p "$RESULTS/callgrind"
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 PCONF=$LOGDIR/roomcastd-profile.conf
 sed 's/^timeout = .*/timeout = 0/' "$CONF" >"$PCONF"
 
-# callgrind_run FRAMES: roomcastd under callgrind for one bounded fan-out run;
-# sets IR (instructions of the whole run) and OUTFILE (the callgrind file).
-callgrind_run() {
-    local frames=$1
-    local out=$RESULTS/callgrind/callgrind.$STAMP.$frames.out
-    port_free "$ROOMCAST_PORT" || { log "port $ROOMCAST_PORT is busy"; exit 1; }
-    taskset -c "$SERVER_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" \
-        "$BIN/roomcastd" --config "$PCONF" --listen "127.0.0.1:$ROOMCAST_PORT" >"$LOGDIR/callgrind.$frames.log" 2>&1 &
-    ROOMCAST_PID=$!
-    for _ in $(seq 600); do ss -Htln "sport = :$ROOMCAST_PORT" | grep -q . && break; sleep 0.1; done
-    timeout 600 taskset -c "$GEN_CPU" "$BIN/roomcast-bench" --port "$ROOMCAST_PORT" --members "$MEMBERS" \
-        --publishers 1 --size 64 --window 32 --frames "$frames" --heartbeat 0 --drain 30 --json \
-        >"$LOGDIR/bench.$frames.json"
-    stop_roomcastd
-    # "summary: N" (or "totals: N") is the whole run's instruction count.
-    IR=$(sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$out" | head -1)
-    OUTFILE=$out
-    python3 - "$LOGDIR/bench.$frames.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-if d["loss"] != 0 or d["closed_by_server"] != 0:
-    sys.exit(f"profile run not clean: loss {d['loss']}, closed {d['closed_by_server']}")
-PY
-}
-
 log "callgrind: $MEMBERS members x $FRAMES_A frames"
-callgrind_run "$FRAMES_A"; IR_A=$IR
+callgrind_run "$PCONF" "$FRAMES_A" "$RESULTS/callgrind/callgrind.$STAMP.$FRAMES_A.out" --members "$MEMBERS"; IR_A=$IR
 log "callgrind: $MEMBERS members x $FRAMES_B frames"
-callgrind_run "$FRAMES_B"; IR_B=$IR; OUT_B=$OUTFILE
+callgrind_run "$PCONF" "$FRAMES_B" "$RESULTS/callgrind/callgrind.$STAMP.$FRAMES_B.out" --members "$MEMBERS"; IR_B=$IR; OUT_B=$OUTFILE
 
 REPORT=$RESULTS/profile-$STAMP.txt
 {
