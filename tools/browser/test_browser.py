@@ -9,6 +9,14 @@ standalone unit), opens the page twice (two tabs, ?room=stage) and
 connects one LTB client to the same room; the three converse (join, text
 both ways, a gift). Asserts on the DOM of both tabs and on the LTB frames.
 
+Issue 23 (`[rooms] history = 50`): a third tab, behind a loopback link the
+test can reset and hold (PhoneLink: a phone's network), joins after those
+lines and shows them; a reset while bob talks, then a reconnect, resumes
+with "since" and shows every line once; so does a reset between a text and
+its position notice; a `skipped` notice (inserted by the link) shows inline.
+Against a roomcastd without positions the reconnects reload the recent
+lines instead (said so on stdout), once each all the same.
+
 Then two restarts that must keep everyone (docs/protocol.md section 15,
 "Restarts"): each of the three sends before, while no roomcastd process
 runs (the messages wait in the kernel) and after; both tabs show every
