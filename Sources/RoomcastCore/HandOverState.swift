@@ -18,6 +18,9 @@
 ///                     afresh the descriptor, instead of speaking LTB to it)
 ///              tag 5: one ban, mute or room setting (`ModerationTag`: its
 ///                     hash field and value, ModerationWire.swift)
+///              tag 6: one room's stream (`RoomTag`: name, epoch, seq, and
+///                     each recent frame as a nested record of its seq and
+///                     bytes; docs/protocol.md §4, "Positions and resume")
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -55,6 +58,10 @@ public struct HandOverState: Equatable, Sendable {
     /// Bans, mutes and room settings in force (docs/api.md "Moderation");
     /// empty before they were added.
     public var moderation: [ModerationRecord] = []
+    /// Each room's position and recent frames (docs/protocol.md §4), so
+    /// that positions survive the restart; empty before they were added
+    /// (the next process then draws new epochs).
+    public var rooms: [RoomStream] = []
 
     /// What the cluster link carries over, so that the other daemons see the
     /// same daemon go on: its origin and, per room with members, its stream
@@ -176,6 +183,9 @@ public struct HandOverState: Equatable, Sendable {
         /// `.webSocket`); nil for the other dialects. Absent before it was
         /// added: such writers closed their WebSocket connections instead.
         public var webSocket: WebSocket? = nil
+        /// Its last join asked for the notice `position` (UserInfo field 6,
+        /// docs/protocol.md §4), which the relayed `identity` no longer carries.
+        public var positions = false
 
         public init(key: UInt64) { self.key = key }
     }
@@ -193,6 +203,13 @@ public struct HandOverState: Equatable, Sendable {
         case cluster = 3
         case webSocketConnection = 4
         case moderation = 5
+        case room = 6
+    }
+
+    enum RoomTag: UInt16 {
+        case name = 1, epoch, seq, frame
+        /// Inside a frame record.
+        case frameSeq = 10, frameBytes
     }
 
     enum ModerationTag: UInt16 {
@@ -232,6 +249,8 @@ public struct HandOverState: Equatable, Sendable {
         case tornBytes = 15, softLimitElapsedMs = 16
         /// Signed joins: far from the sequence above, so fields other changes add there cannot collide with it.
         case authClaims = 0x4101
+        /// Positions (docs/protocol.md §4): far from the others for the same reason.
+        case positions = 0x5001
         /// A WebSocket connection's state (nested records, `WebSocketTag`).
         case webSocket = 0x5701
 
@@ -281,6 +300,12 @@ public struct HandOverState: Equatable, Sendable {
         records.reduce(0) { $0 + 3 * 6 + $1.field.utf8.count + $1.value.utf8.count }
     }
 
+    /// At least the bytes of the room stream records.
+    public static func roomsBytesBound(_ rooms: [RoomStream]) -> Int {
+        rooms.reduce(0) { $0 + 6 + 3 * 14 + 6 + $1.room.bytes.count + $1.position.epoch.utf8.count
+            + $1.history.reduce(0) { $0 + 3 * 6 + 8 + $1.frame.count } }
+    }
+
     public static func clusterBytesBound(_ c: Cluster) -> Int {
         c.streams.reduce(6 + 3 * 14) { $0 + 6 + 6 + $1.room.bytes.count + 2 * 14 }
             + c.positions.reduce(0) { $0 + 6 + 6 + $1.room.bytes.count + 3 * 14 }
@@ -328,6 +353,7 @@ public struct HandOverState: Equatable, Sendable {
                 if let ms = c.softLimitElapsedMs { w.u32(FieldTag.softLimitElapsedMs.rawValue, ms) }
                 if let claims = c.authClaims { w.bytes(FieldTag.authClaims.rawValue, claims.json) }
                 if let ws = c.webSocket { w.nested(FieldTag.webSocket.rawValue) { w in Self.encode(ws, &w) } }
+                if c.positions { w.u8(FieldTag.positions.rawValue, 1) }
             }
         }
         if let cluster {
@@ -356,6 +382,19 @@ public struct HandOverState: Equatable, Sendable {
             w.nested(RecordTag.moderation.rawValue) { w in
                 w.bytes(ModerationTag.field.rawValue, m.field.utf8)
                 w.bytes(ModerationTag.value.rawValue, m.value.utf8)
+            }
+        }
+        for room in rooms {
+            w.nested(RecordTag.room.rawValue) { w in
+                w.bytes(RoomTag.name.rawValue, room.room.bytes)
+                w.bytes(RoomTag.epoch.rawValue, room.position.epoch.utf8)
+                w.u64(RoomTag.seq.rawValue, UInt64(bitPattern: room.position.seq))
+                for f in room.history {
+                    w.nested(RoomTag.frame.rawValue) { w in
+                        w.u64(RoomTag.frameSeq.rawValue, UInt64(bitPattern: f.seq))
+                        w.bytes(RoomTag.frameBytes.rawValue, f.frame)
+                    }
+                }
             }
         }
         let payloadBytes = w.bytes.count - Self.headerSize
@@ -453,6 +492,8 @@ public struct HandOverState: Equatable, Sendable {
                     throw .damaged("a moderation record that is not a field and its value")
                 }
                 state.moderation.append(record)
+            case .room:
+                state.rooms.append(try decodeRoom(value))
             case .webSocketConnection:
                 let r = try decodeRecord(value)
                 guard r.dialect == .webSocket, r.webSocket != nil else { throw .damaged("a WebSocket connection record without its WebSocket state") }
@@ -469,6 +510,33 @@ public struct HandOverState: Equatable, Sendable {
             throw .damaged("\(webSockets) WebSocket connection records, the globals say \(expectedWebSockets)")
         }
         return state
+    }
+
+    private static func decodeRoom(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> RoomStream {
+        var stream = RoomStream(room: RoomName(bytes: []), position: RoomPosition(epoch: "", seq: 0), history: [])
+        var named = false
+        var reader = Reader(bytes)
+        while let (tag, v) = try reader.next() {
+            switch RoomTag(rawValue: tag) {
+            case .name: stream.room = RoomName(bytes: Array(v)); named = true
+            case .epoch: stream.position.epoch = try Reader.text(v, "room epoch")
+            case .seq: stream.position.seq = Int64(bitPattern: try Reader.u64(v, "room seq"))
+            case .frame:
+                var f = NumberedFrame(seq: 0, frame: [])
+                var fields = Reader(v)
+                while let (t, fv) = try fields.next() {
+                    switch RoomTag(rawValue: t) {
+                    case .frameSeq: f.seq = Int64(bitPattern: try Reader.u64(fv, "history frame seq"))
+                    case .frameBytes: f.frame = Array(fv)
+                    default: break
+                    }
+                }
+                stream.history.append(f)
+            default: break
+            }
+        }
+        guard named, !stream.position.epoch.isEmpty else { throw .damaged("a room record without its name or epoch") }
+        return stream
     }
 
     private static func decodeCluster(_ bytes: UnsafeRawBufferPointer) throws(DecodeError) -> Cluster {
@@ -538,6 +606,7 @@ public struct HandOverState: Equatable, Sendable {
             case .authClaims:
                 do { r.authClaims = try TokenClaims(json: Array(v)) } catch { throw .damaged("verified claims: \(error)") }
             case .webSocket: r.webSocket = try decodeWebSocket(v)
+            case .positions: r.positions = try Reader.u8(v, "positions") != 0
             case nil: break
             }
         }

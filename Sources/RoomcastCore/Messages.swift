@@ -2,12 +2,14 @@
 //
 //   message UserInfo    { required int32 level = 1; required string name = 2;
 //                         required string iconURL = 3; optional string room = 4;
-//                         optional string token = 5; }
+//                         optional string token = 5; optional bool positions = 6;
+//                         optional string since_epoch = 7; optional int64 since_seq = 8; }
 //   message ChatMessage { required UserInfo user = 1; required string text = 2; }
 //   message GiftMessage { required UserInfo user = 1; required string giftname = 2;
 //                         required string giftURL = 3; required int32 giftcount = 4; }
 //   message Notice      { required string code = 1; optional string text = 2;
-//                         optional int64 retry_after_ms = 3; optional int64 count = 4; }
+//                         optional int64 retry_after_ms = 3; optional int64 count = 4;
+//                         optional string epoch = 5; optional int64 seq = 6; }
 //
 // Parsing matches Google's proto2 parser except where roomcast is stricter:
 // - a repeated scalar or string field: the last one wins (as Google);
@@ -98,14 +100,25 @@ public struct UserInfo: Equatable, Sendable {
     /// (docs/protocol.md §13). The daemon removes it before relaying.
     /// Omitted from the encoding when nil.
     public var token: String?
+    /// Field 6, optional bool: a join asking for the notice `position`
+    /// after each pass that carried its room's frames (docs/protocol.md §4,
+    /// "Positions and resume"). The daemon removes it before relaying.
+    public var positions: Bool?
+    /// Fields 7 (`since_epoch`, string) and 8 (`since_seq`, int64, absent:
+    /// 0): a join resuming a room from the position it last had (§4). The
+    /// daemon removes both before relaying; nil when field 7 is absent.
+    public var since: RoomPosition?
 
     /// A user; `room` nil means the default room (docs/protocol.md §3).
-    public init(level: Int32, name: String, iconURL: String, room: String? = nil, token: String? = nil) {
+    public init(level: Int32, name: String, iconURL: String, room: String? = nil, token: String? = nil,
+                positions: Bool? = nil, since: RoomPosition? = nil) {
         self.level = level
         self.name = name
         self.iconURL = iconURL
         self.room = room
         self.token = token
+        self.positions = positions
+        self.since = since
     }
 
     /// Decodes a proto2 `UserInfo` body.
@@ -136,6 +149,8 @@ public struct UserInfo: Equatable, Sendable {
             + ProtoWriter.lengthDelimitedSize(field: 3, length: iconURL.utf8.count)
             + (room.map { ProtoWriter.lengthDelimitedSize(field: 4, length: $0.utf8.count) } ?? 0)
             + (token.map { ProtoWriter.lengthDelimitedSize(field: 5, length: $0.utf8.count) } ?? 0)
+            + (positions == nil ? 0 : 2)
+            + (since.map { ProtoWriter.lengthDelimitedSize(field: 7, length: $0.epoch.utf8.count) + 1 + ProtoWriter.varintSize(UInt64(bitPattern: $0.seq)) } ?? 0)
     }
 
     func write(to writer: inout ProtoWriter) {
@@ -144,6 +159,11 @@ public struct UserInfo: Equatable, Sendable {
         writer.writeString(3, iconURL)
         if let room { writer.writeString(4, room) }
         if let token { writer.writeString(5, token) }
+        if let positions { writer.writeTag(6, .varint); writer.writeVarint(positions ? 1 : 0) }
+        if let since {
+            writer.writeString(7, since.epoch)
+            writer.writeTag(8, .varint); writer.writeVarint(UInt64(bitPattern: since.seq))
+        }
     }
 
     /// Writes this as embedded message field `field`.
@@ -158,14 +178,19 @@ public struct UserInfo: Equatable, Sendable {
     /// name or room equal, see PeerText.swift).
     public static func == (a: UserInfo, b: UserInfo) -> Bool {
         a.level == b.level && sameBytes(a.name, b.name) && sameBytes(a.iconURL, b.iconURL) && sameBytes(a.room, b.room)
-            && sameBytes(a.token, b.token)
+            && sameBytes(a.token, b.token) && a.positions == b.positions && a.since == b.since
     }
 
-    /// `body` (a valid UserInfo) without any field 5 (`token`), every other
-    /// byte as it was, in its order: the join the daemon relays
-    /// (docs/protocol.md §3, §13). Nil when `body` has no field 5 (relay it
-    /// as it is) or is not well-formed protobuf.
-    public static func removingToken(_ body: UnsafeRawBufferPointer) -> [UInt8]? {
+    /// Whether a join with these fields is relayed changed: it carries a
+    /// field only the daemon reads (5-8, `removingDaemonFields`).
+    public var hasDaemonFields: Bool { token != nil || positions != nil || since != nil }
+
+    /// `body` (a valid UserInfo) without any of fields 5-8 (`token`,
+    /// `positions`, `since_epoch`, `since_seq`: addressed to the daemon
+    /// alone), every other byte as it was, in its order: the join the daemon
+    /// relays (docs/protocol.md §3, §4, §13). Nil when `body` has none of
+    /// them (relay it as it is) or is not well-formed protobuf.
+    public static func removingDaemonFields(_ body: UnsafeRawBufferPointer) -> [UInt8]? {
         var reader = ProtoReader(body)
         var cut: [Range<Int>] = []
         do {
@@ -173,7 +198,7 @@ public struct UserInfo: Equatable, Sendable {
                 let start = reader.position
                 guard let (field, wireType) = try reader.readTag() else { break }
                 try reader.skip(field: field, wireType: wireType, depth: maxDepth)
-                if field == 5 { cut.append(start..<reader.position) }
+                if (5...8).contains(field) { cut.append(start..<reader.position) }
             }
         } catch {
             return nil
@@ -203,12 +228,17 @@ public struct Notice: Equatable, Sendable {
     public var retryAfterMs: Int64?
     /// Field 4, optional int64: how many times this happened (e.g. violations so far).
     public var count: Int64?
+    /// Fields 5 (`epoch`, string) and 6 (`seq`, int64): a room's position
+    /// (notices `history`, `history_lost`, `position`; docs/protocol.md §4).
+    /// Decoded only when field 5 is present (field 6 absent: 0).
+    public var position: RoomPosition?
 
-    public init(code: String, text: String? = nil, retryAfterMs: Int64? = nil, count: Int64? = nil) {
+    public init(code: String, text: String? = nil, retryAfterMs: Int64? = nil, count: Int64? = nil, position: RoomPosition? = nil) {
         self.code = code
         self.text = text
         self.retryAfterMs = retryAfterMs
         self.count = count
+        self.position = position
     }
 
     /// The proto2 encoding in field-number order, as Google's `SerializeToString()`.
@@ -218,6 +248,10 @@ public struct Notice: Equatable, Sendable {
         if let text { writer.writeString(2, text) }
         if let retryAfterMs { writer.writeTag(3, .varint); writer.writeVarint(UInt64(bitPattern: retryAfterMs)) }
         if let count { writer.writeTag(4, .varint); writer.writeVarint(UInt64(bitPattern: count)) }
+        if let position {
+            writer.writeString(5, position.epoch)
+            writer.writeTag(6, .varint); writer.writeVarint(UInt64(bitPattern: position.seq))
+        }
         return writer.bytes
     }
 
@@ -230,17 +264,21 @@ public struct Notice: Equatable, Sendable {
                 var reader = ProtoReader(bytes)
                 var code: String?
                 var notice = Notice(code: "")
+                var epoch: String?, seq: Int64 = 0
                 while let (field, wireType) = try reader.readTag() {
                     switch field {
                     case 1: code = decodeUTF8(bytes, try reader.readString(wireType, "Notice", 1, "code"))
                     case 2: notice.text = decodeUTF8(bytes, try reader.readString(wireType, "Notice", 2, "text"))
                     case 3: notice.retryAfterMs = Int64(bitPattern: try reader.readVarintField(wireType, "Notice", 3, "retry_after_ms"))
                     case 4: notice.count = Int64(bitPattern: try reader.readVarintField(wireType, "Notice", 4, "count"))
+                    case 5: epoch = decodeUTF8(bytes, try reader.readString(wireType, "Notice", 5, "epoch"))
+                    case 6: seq = Int64(bitPattern: try reader.readVarintField(wireType, "Notice", 6, "seq"))
                     default: try reader.skip(field: field, wireType: wireType, depth: maxDepth)
                     }
                 }
                 guard let code else { throw .missingRequired(message: "Notice", name: "code") }
                 notice.code = code
+                notice.position = epoch.map { RoomPosition(epoch: $0, seq: seq) }
                 return notice
             }
         }
@@ -249,6 +287,7 @@ public struct Notice: Equatable, Sendable {
 
     public static func == (a: Notice, b: Notice) -> Bool {
         sameBytes(a.code, b.code) && sameBytes(a.text, b.text) && a.retryAfterMs == b.retryAfterMs && a.count == b.count
+            && a.position == b.position
     }
 }
 
@@ -402,6 +441,9 @@ struct UserInfoFields {
     var iconURL: Range<Int>?
     var room: Range<Int>?
     var token: Range<Int>?
+    var positions: Bool?
+    var sinceEpoch: Range<Int>?
+    var sinceSeq: Int64?
 
     mutating func scan(_ reader: inout ProtoReader, context: String, depth: Int) throws(ProtoError) {
         while let (field, wireType) = try reader.readTag() {
@@ -411,6 +453,9 @@ struct UserInfoFields {
             case 3: iconURL = try reader.readString(wireType, context, 3, "iconURL")
             case 4: room = try reader.readString(wireType, context, 4, "room")
             case 5: token = try reader.readString(wireType, context, 5, "token")
+            case 6: positions = try reader.readVarintField(wireType, context, 6, "positions") != 0
+            case 7: sinceEpoch = try reader.readString(wireType, context, 7, "since_epoch")
+            case 8: sinceSeq = Int64(bitPattern: try reader.readVarintField(wireType, context, 8, "since_seq"))
             default: try reader.skip(field: field, wireType: wireType, depth: depth)
             }
         }
@@ -429,7 +474,9 @@ struct UserInfoFields {
             name: try string(body, name, context, "name"),
             iconURL: try string(body, iconURL, context, "iconURL"),
             room: room.map { decodeUTF8(body, $0) },
-            token: token.map { decodeUTF8(body, $0) })
+            token: token.map { decodeUTF8(body, $0) },
+            positions: positions,
+            since: sinceEpoch.map { RoomPosition(epoch: decodeUTF8(body, $0), seq: sinceSeq ?? 0) })
     }
 }
 

@@ -162,6 +162,13 @@ public struct Relay {
         var members: [Int] = []
         /// Its recent text and gift frames (empty unless `historyFrames` > 0).
         var history = RoomHistory()
+        /// Its epoch and the number of its last text or gift frame (§4,
+        /// "Positions and resume"): a new epoch with every new room.
+        var position = RoomPosition(epoch: RoomPosition.newEpoch(), seq: 0)
+        /// Members that asked for the notice `position` (UserInfo field 6).
+        var positionMembers = 0
+        /// In `dueRooms`: numbered frames were relayed to it in this pass.
+        var positionDue = false
     }
 
     private struct Session {
@@ -171,6 +178,8 @@ public struct Relay {
         var identity: [UInt8]?   // the UserInfo body of the last join (§4)
         var name = ""
         var violations = 0
+        /// Its last join asked for the notice `position` (UserInfo field 6, §4).
+        var positions = false
     }
 
     /// Frames received, by kind (`roomcast_frames_received_total`): every
@@ -205,6 +214,9 @@ public struct Relay {
     /// Keyed by the name's bytes: rooms that only look alike are different (§3).
     private var roomIndex: [RoomName: Int] = [:]
     private var sessions: [Session] = []
+    /// Rooms whose members that asked for positions are owed the notice
+    /// `position` at the end of this pass (`sendPositions`).
+    private var dueRooms: [Int] = []
 
     /// Told of rooms opened and closed and of frames relayed (nil: nobody).
     /// A strong reference (a weak load on every broadcast costs more); the
@@ -227,6 +239,52 @@ public struct Relay {
     /// The recent frames of `room`, oldest first (empty when it has none).
     public func history(of room: RoomName) -> ArraySlice<[UInt8]> {
         roomIndex[room].map { rooms[$0].history.all } ?? []
+    }
+
+    /// Where `room`'s stream stands (nil: no such room): its epoch and the
+    /// number of its last text or gift frame (docs/protocol.md §4).
+    public func position(of room: RoomName) -> RoomPosition? {
+        roomIndex[room].map { rooms[$0].position }
+    }
+
+    /// Every room with members: its position and its recent frames with
+    /// their numbers (the hand-over state, docs/operations.md), in no fixed order.
+    public var streams: [RoomStream] {
+        roomIndex.map { RoomStream(room: $0.key, position: rooms[$0.value].position, history: rooms[$0.value].history.numbered) }
+    }
+
+    /// A room's stream carried over from the previous process (a restart):
+    /// the room, if it has members here (restored ones), goes on with that
+    /// epoch, number and history, kept within this process's bounds; a room
+    /// without members is ignored (its history would have ended with it).
+    public mutating func adopt(_ stream: RoomStream) {
+        guard let r = roomIndex[stream.room] else { return }
+        rooms[r].position = stream.position
+        var history = RoomHistory()
+        let s = settings
+        for f in stream.history where f.seq <= stream.position.seq {
+            f.frame.withUnsafeBytes { history.append($0, seq: f.seq, maxFrames: s.historyFrames, maxBytes: s.historyBytes) }
+        }
+        rooms[r].history = history
+    }
+
+    /// Whether some room's members are owed the notice `position` (a
+    /// cheap check the loop makes once per pass).
+    public var positionsDue: Bool { !dueRooms.isEmpty }
+
+    /// The end of a loop pass (docs/protocol.md §4): in every room that was
+    /// relayed text or gift frames in it, the members that asked for
+    /// positions get the notice `position` with the room's epoch and seq,
+    /// encoded once per room, after those frames.
+    public mutating func sendPositions(sink: some FrameSink) {
+        for r in dueRooms where rooms[r].positionDue {
+            rooms[r].positionDue = false
+            let targets = rooms[r].members.filter { sessions[$0].positions }
+            guard !targets.isEmpty else { continue }
+            let frame = positionNotice("position", rooms[r].position)
+            _ = frame.withUnsafeBytes { sink.broadcast($0, from: -1, to: targets, except: -1) }
+        }
+        dueRooms.removeAll(keepingCapacity: true)
     }
 
     /// Number of rooms with at least one member.
@@ -269,7 +327,7 @@ public struct Relay {
         var n = 0
         if let r = roomIndex[room], !rooms[r].members.isEmpty {
             n = sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
-            remember(frame, type: type, room: r)
+            number(frame, type: type, room: r)
         }
         observer?.relayed(frame, room: room, from: -1)
         return .success(n)
@@ -289,6 +347,11 @@ public struct Relay {
     /// The name from the connection's last join ("" before any join).
     public func name(of id: Int) -> String {
         id < sessions.count ? sessions[id].name : ""
+    }
+
+    /// Whether connection `id`'s last join asked for the notice `position` (§4).
+    public func wantsPositions(_ id: Int) -> Bool {
+        id < sessions.count && sessions[id].positions
     }
 
     /// Whether connection `id` has joined (and not left since).
@@ -315,10 +378,12 @@ public struct Relay {
     /// A connection carried over from the previous process (a restart), just
     /// `connect`ed: it moves into `room` (nil: none) with the identity and
     /// violation count it had, and nobody is told: its room never saw it
-    /// leave. The name is read from `identity`, as a join does.
-    public mutating func restore(_ id: Int, room: RoomName?, identity: [UInt8]?, violations: Int) {
+    /// leave. The name is read from `identity`, as a join does; `positions`:
+    /// it had asked for the notice `position` (§4).
+    public mutating func restore(_ id: Int, room: RoomName?, identity: [UInt8]?, violations: Int, positions: Bool = false) {
         precondition(id < sessions.count && sessions[id].active, "restore of unknown connection \(id)")
         _ = exit(id)
+        sessions[id].positions = positions
         if let room { enter(id, room: room) }
         sessions[id].identity = identity
         sessions[id].name = identity.flatMap { try? UserInfo(protobuf: $0) }?.name ?? ""
@@ -395,7 +460,7 @@ public struct Relay {
         }
         let r = sessions[id].room
         guard r >= 0 else { return .relayed(recipients: 0) }
-        if s.historyFrames > 0 { remember(frame, type: type, room: r) }
+        number(frame, type: type, room: r)
         return .relayed(recipients: broadcast(frame, room: r, from: id, sink: sink))
     }
 
@@ -437,9 +502,10 @@ public struct Relay {
             }
             target = RoomName(room)
         }
-        // The token (field 5) never reaches another member (§13): the
-        // join is relayed, and remembered for the synthesized leave, without it.
-        let relayedBody = info == nil || info?.token != nil ? UserInfo.removingToken(body) : nil
+        // The token (field 5) never reaches another member (§13), nor the
+        // fields asking for positions (6-8, §4): the join is relayed, and
+        // remembered for the synthesized leave, without them.
+        let relayedBody = info == nil || info!.hasDaemonFields ? UserInfo.removingDaemonFields(body) : nil
         let current = sessions[id].room
         // Byte for byte: NFC and NFD spellings of a name are two rooms (§3).
         let entered = current < 0 || rooms[current].name != target
@@ -456,6 +522,7 @@ public struct Relay {
             }
             enter(id, room: target)
         }
+        setPositions(id, info?.positions ?? false)
         sessions[id].identity = relayedBody ?? Array(body)
         sessions[id].name = info?.name ?? ""
         let r = sessions[id].room
@@ -466,7 +533,7 @@ public struct Relay {
         } else {
             recipients = announce(frame, room: r, from: id, sink: sink)
         }
-        if replays { replayHistory(to: id, room: r, sink: sink) }
+        if replays { replayHistory(to: id, room: r, since: info?.since, sink: sink) }
         return .joined(name: sessions[id].name, room: target.string, recipients: recipients)
     }
 
@@ -483,32 +550,66 @@ public struct Relay {
     /// - Returns: how many connections it was queued for.
     public mutating func deliver(_ frame: UnsafeRawBufferPointer, toRoom room: RoomName, sink: some FrameSink) -> Int {
         guard let r = roomIndex[room], !rooms[r].members.isEmpty else { return 0 }
-        if settings.historyFrames > 0, case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: settings.byteOrder, maxFrameBytes: Int.max) {
-            remember(frame, type: type, room: r)
+        if case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: settings.byteOrder, maxFrameBytes: Int.max) {
+            number(frame, type: type, room: r)
         }
         return sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
     }
 
-    /// Keeps a text or gift frame relayed to room `r` in its history (§4).
-    private mutating func remember(_ frame: UnsafeRawBufferPointer, type: UInt16, room r: Int) {
-        let s = settings
-        guard s.historyFrames > 0, type == s.textType || type == s.giftType else { return }
-        rooms[r].history.append(frame, maxFrames: s.historyFrames, maxBytes: s.historyBytes)
+    /// Numbers a text or gift frame relayed to room `r`, keeps it in the
+    /// room's history, and makes the notice `position` due (§4). Other
+    /// types are not numbered.
+    private mutating func number(_ frame: UnsafeRawBufferPointer, type: UInt16, room r: Int) {
+        guard type == settings.textType || type == settings.giftType else { return }
+        rooms[r].position.seq += 1
+        if settings.historyFrames > 0 {
+            rooms[r].history.append(frame, seq: rooms[r].position.seq, maxFrames: settings.historyFrames, maxBytes: settings.historyBytes)
+        }
+        if rooms[r].positionMembers > 0 && !rooms[r].positionDue {
+            rooms[r].positionDue = true
+            dueRooms.append(r)
+        }
     }
 
-    /// A member that just entered room `r`: the notice `history` with the
-    /// number of frames that follow (0 when the room has none), then the
-    /// room's recent frames, oldest first, to `id` alone (§4).
-    private func replayHistory(to id: Int, room r: Int, sink: some FrameSink) {
-        let s = settings
-        guard s.historyFrames > 0, rooms.indices.contains(r) else { return }
-        let held = rooms[r].history.all
-        let notice = FrameCodec.encode(type: s.noticeType, body: Notice(code: "history", count: Int64(held.count)).serialized(),
-                                       byteOrder: s.byteOrder)
-        _ = notice.withUnsafeBytes { sink.broadcast($0, from: -1, to: [id], except: -1) }
-        for frame in held {
-            _ = frame.withUnsafeBytes { sink.broadcast($0, from: -1, to: [id], except: -1) }
+    /// Sets whether `id` asked for positions, keeping its room's count.
+    private mutating func setPositions(_ id: Int, _ on: Bool) {
+        guard sessions[id].positions != on else { return }
+        sessions[id].positions = on
+        let r = sessions[id].room
+        if r >= 0 { rooms[r].positionMembers += on ? 1 : -1 }
+    }
+
+    /// A notice `code` carrying `position` (its fields 5 and 6, §13).
+    private func positionNotice(_ code: String, _ position: RoomPosition, count: Int? = nil) -> [UInt8] {
+        let notice = Notice(code: code, count: count.map(Int64.init), position: position)
+        return FrameCodec.encode(type: settings.noticeType, body: notice.serialized(), byteOrder: settings.byteOrder)
+    }
+
+    /// A member that just entered room `r` (§4), to `id` alone: with
+    /// `since` of the room's epoch and its frames after `since.seq` still
+    /// held, the notice `history` with their number, then those frames;
+    /// with another `since`, the notice `history_lost`, then as a join
+    /// without it: the notice `history` with the number of frames that
+    /// follow (0 when the room has none), then the room's recent frames,
+    /// oldest first (nothing with `history` off). Last, to a member that
+    /// asked for positions, the notice `position`.
+    private func replayHistory(to id: Int, room r: Int, since: RoomPosition?, sink: some FrameSink) {
+        guard rooms.indices.contains(r) else { return }
+        let room = rooms[r]
+        func send(_ frame: [UInt8]) { _ = frame.withUnsafeBytes { sink.broadcast($0, from: -1, to: [id], except: -1) } }
+        var held: ArraySlice<[UInt8]>? = settings.historyFrames > 0 ? room.history.all : nil
+        if let since {
+            if sameBytes(since.epoch, room.position.epoch), let after = room.history.frames(after: since.seq, last: room.position.seq) {
+                held = after
+            } else {
+                send(positionNotice("history_lost", room.position))
+            }
         }
+        if let held {
+            send(positionNotice("history", room.position, count: held.count))
+            held.forEach(send)
+        }
+        if sessions[id].positions { send(positionNotice("position", room.position)) }
     }
 
     /// A join `id` sent: to the room (`announce_joins`), or else
@@ -542,6 +643,7 @@ public struct Relay {
         sessions[id].room = r
         sessions[id].position = rooms[r].members.count
         rooms[r].members.append(id)
+        if sessions[id].positions { rooms[r].positionMembers += 1 }
         if rooms[r].members.count == 1 { observer?.roomOpened(name) }
     }
 
@@ -559,6 +661,7 @@ public struct Relay {
         }
         sessions[id].room = -1
         sessions[id].position = -1
+        if sessions[id].positions { rooms[r].positionMembers -= 1 }
         if rooms[r].members.isEmpty {
             roomIndex[rooms[r].name] = nil
             freeRooms.append(r)

@@ -150,11 +150,11 @@ private func token(header: String, payload: String, signature: [UInt8] = [1, 2, 
     func removingToken() throws {
         let plain = UserInfo(level: 5, name: "alice", iconURL: "http://x/a.png", room: "lobby").serialized()
         let withToken = UserInfo(level: 5, name: "alice", iconURL: "http://x/a.png", room: "lobby", token: "t.o.k").serialized()
-        #expect(withToken.withUnsafeBytes { UserInfo.removingToken($0) } == plain)
-        #expect(plain.withUnsafeBytes { UserInfo.removingToken($0) } == nil, "nothing to remove")
+        #expect(withToken.withUnsafeBytes { UserInfo.removingDaemonFields($0) } == plain)
+        #expect(plain.withUnsafeBytes { UserInfo.removingDaemonFields($0) } == nil, "nothing to remove")
         // A token before the name, twice, and an unknown field 9 after it: only field 5 goes.
         let odd: [UInt8] = [0x2A, 1, 0x61] + [0x08, 5, 0x12, 1, 0x62, 0x1A, 0] + [0x2A, 2, 0x62, 0x63] + [0x48, 1]
-        #expect(odd.withUnsafeBytes { UserInfo.removingToken($0) } == [0x08, 5, 0x12, 1, 0x62, 0x1A, 0, 0x48, 1])
+        #expect(odd.withUnsafeBytes { UserInfo.removingDaemonFields($0) } == [0x08, 5, 0x12, 1, 0x62, 0x1A, 0, 0x48, 1])
         #expect(try UserInfo(protobuf: withToken).token == "t.o.k")
     }
 

@@ -608,3 +608,44 @@ struct HandOverTests {
         #expect(m.count == 2)
     }
 }
+
+extension HandOverTests {
+    @Test("positions survive a restart: the room keeps its epoch, numbers and recent lines; a member that asked for positions still gets them")
+    func positionsCarryOver() throws {
+        let sections = Self.config + "[rooms]\nhistory = 50\n"
+        let a = try Node(sections, clock: ManualClock())
+        let (viewer, streamer) = (a.connect(), a.connect())
+        var u = UserInfo(level: 1, name: "v", iconURL: "a", room: "stage")
+        u.positions = true
+        Self.send(viewer.peer, FrameCodec.encode(type: 0, body: u.serialized(), byteOrder: .little))
+        Self.send(streamer.peer, Self.join("s", room: "stage"))
+        try a.tick()
+        let su = UserInfo(level: 1, name: "s", iconURL: "a", room: "stage")
+        func text(_ s: String) -> [UInt8] { FrameCodec.encode(type: 2, body: ChatMessage(user: su, text: s).serialized(), byteOrder: .little) }
+        for i in 0..<10 { Self.send(streamer.peer, text("before \(i)")) }
+        try a.tick()
+        let epoch = try #require(a.server.relay.position(of: RoomName("stage"))?.epoch)
+        let notices = Self.frames(Self.drain(viewer.peer) ?? []).filter { $0.0 == 9 }.compactMap { try? Notice(protobuf: $0.1) }
+        #expect(notices.last == Notice(code: "position", position: RoomPosition(epoch: epoch, seq: 10)))
+        _ = Self.drain(streamer.peer)
+
+        let b = try Self.handOver(a, sections: sections)
+        #expect(b.server.relay.position(of: RoomName("stage")) == RoomPosition(epoch: epoch, seq: 10), "the epoch and the number go on")
+        #expect(b.server.relay.history(of: RoomName("stage")).count == 10)
+        for i in 0..<5 { Self.send(streamer.peer, text("after \(i)")) }
+        try b.tick()
+        let got = Self.frames(Self.drain(viewer.peer) ?? [])
+        #expect(got.filter { $0.0 == 2 }.count == 5)
+        #expect(got.last.flatMap { try? Notice(protobuf: $0.1) } == Notice(code: "position", position: RoomPosition(epoch: epoch, seq: 15)))
+
+        let late = b.connect()
+        var lu = UserInfo(level: 1, name: "l", iconURL: "a", room: "stage")
+        lu.since = RoomPosition(epoch: epoch, seq: 8)
+        Self.send(late.peer, FrameCodec.encode(type: 0, body: lu.serialized(), byteOrder: .little))
+        try b.tick()
+        let resumed = Self.frames(Self.drain(late.peer) ?? [])
+        #expect(resumed.count == 9, "its join echo, the notice history (7), lines 9-15")
+        #expect((try? Notice(protobuf: resumed[1].1)) == Notice(code: "history", count: 7, position: RoomPosition(epoch: epoch, seq: 15)))
+        #expect(resumed.dropFirst(2).compactMap { try? ChatMessage(protobuf: $0.1).text } == ["before 8", "before 9"] + (0..<5).map { "after \($0)" })
+    }
+}

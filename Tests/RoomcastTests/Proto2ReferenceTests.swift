@@ -206,7 +206,9 @@ func value(_ kind: BodyKind, _ msg: [String: Any]) -> Decoded? {
         guard let object, let level = int("level", object), let name = string("name", object),
             let icon = string("iconURL", object)
         else { return nil }
-        return UserInfo(level: level, name: name, iconURL: icon, room: string("room", object), token: string("token", object))
+        return UserInfo(level: level, name: name, iconURL: icon, room: string("room", object), token: string("token", object),
+                        positions: (object["positions"] as? NSNumber)?.boolValue,
+                        since: string("since_epoch", object).map { RoomPosition(epoch: $0, seq: (object["since_seq"] as? NSNumber)?.int64Value ?? 0) })
     }
     switch kind {
     case .userInfo:

@@ -320,13 +320,14 @@ extension Decoded {
     }
 
     static let unknownFields: [[UInt8]] = [
-        tag(11, 0) + varint(.max),  // (field 5 is UserInfo.token since signed joins)
-        tag(6, 1) + [1, 2, 3, 4, 5, 6, 7, 8],
-        lengthDelimited(7, [0xFF, 0xC0, 0x80]),  // unknown bytes need not be UTF-8
-        tag(8, 5) + [1, 2, 3, 4],
+        // (field 5 is UserInfo.token since signed joins, 6-8 positions and resume)
+        tag(11, 0) + varint(.max),
+        tag(16, 1) + [1, 2, 3, 4, 5, 6, 7, 8],
+        lengthDelimited(17, [0xFF, 0xC0, 0x80]),  // unknown bytes need not be UTF-8
+        tag(18, 5) + [1, 2, 3, 4],
         tag(9, 3) + tag(1, 0) + [1] + tag(10, 3) + lengthDelimited(2, [0xFF]) + tag(10, 4) + tag(9, 4),
         tag(536_870_911, 0) + [0],  // the largest field number
-        bytes("b580808000") + [1, 2, 3, 4],  // a 5-byte tag: field 6, fixed32
+        bytes("cd80808000") + [1, 2, 3, 4],  // a 5-byte tag: field 9, fixed32
     ]
 
     @Test(arguments: unknownFields) func unknownFieldsAreSkipped(_ unknown: [UInt8]) throws {

@@ -16,7 +16,15 @@ struct RoomHistoryTests {
         return s
     }
 
+    /// The notice in `frame` without its position (nil: not a notice).
     static func notice(_ frame: [UInt8]) throws -> Notice? {
+        var n = try positioned(frame)
+        n?.position = nil
+        return n
+    }
+
+    /// The notice in `frame`, position included (nil: not a notice).
+    static func positioned(_ frame: [UInt8]) throws -> Notice? {
         guard frame[4] == 9 else { return nil }
         return try Notice(protobuf: Array(frame[6...]))
     }
@@ -30,7 +38,7 @@ struct RoomHistoryTests {
         var h = RoomHistory()
         for i in 0..<200 {
             let f = R.text("a", "line \(i)")
-            f.withUnsafeBytes { h.append($0, maxFrames: 50, maxBytes: 1 << 20) }
+            f.withUnsafeBytes { h.append($0, seq: Int64(i + 1), maxFrames: 50, maxBytes: 1 << 20) }
         }
         #expect(h.count == 50)
         #expect(Array(h.all) == (150..<200).map { R.text("a", "line \($0)") })
@@ -39,8 +47,14 @@ struct RoomHistoryTests {
         h.trim(maxFrames: 50, maxBytes: size * 10)
         #expect(h.count == 10 && Array(h.all) == (190..<200).map { R.text("a", "line \($0)") }, "the oldest go first")
         let big = [UInt8](repeating: 1, count: size * 11)
-        big.withUnsafeBytes { h.append($0, maxFrames: 50, maxBytes: size * 10) }
+        big.withUnsafeBytes { h.append($0, seq: 201, maxFrames: 50, maxBytes: size * 10) }
         #expect(h.count == 10, "a frame over history_bytes is not kept, and drops nothing")
+        #expect(h.frames(after: 195, last: 200).map(Array.init) == (195..<200).map { R.text("a", "line \($0)") })
+        #expect(h.frames(after: 200, last: 200)?.isEmpty == true, "nothing missed")
+        #expect(h.frames(after: 189, last: 200) == nil, "line 190 (seq 190) was dropped")
+        #expect(h.frames(after: 199, last: 201) == nil, "seq 201 was never kept: a hole")
+        #expect(h.frames(after: 201, last: 200) == nil && h.frames(after: -1, last: 200) == nil, "a position the room never had")
+        #expect(h.numbered.map(\.seq) == Array(191...200))
     }
 
     @Test("join after 200 lines with history = 50: the join echo, the notice history (50), the last 50 in order, then live")

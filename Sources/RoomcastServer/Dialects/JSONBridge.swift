@@ -15,8 +15,10 @@ enum JSONDialect {
     /// A command from a JSON client.
     enum Command: Equatable {
         /// `{"cmd":"nickname","nickname":N}`: join the default room as N;
-        /// `"room"` names another room, `"token"` carries a signed join (§13).
-        case nickname(String, room: String? = nil, token: String? = nil)
+        /// `"room"` names another room, `"token"` carries a signed join (§13),
+        /// `"positions": true` asks for the notice `position` and `"since":
+        /// {"epoch": E, "seq": S}` resumes the room after S (§4).
+        case nickname(String, room: String? = nil, token: String? = nil, positions: Bool? = nil, since: RoomPosition? = nil)
         /// `{"cmd":"msg","content":C}`: say C.
         case msg(String)
         /// `{"cmd":"leave"}`: leave the room, stay connected.
@@ -31,6 +33,9 @@ enum JSONDialect {
         var content: String?
         var room: String?
         var token: String?
+        var positions: Bool?
+        var since: Since?
+        struct Since: Decodable { var epoch: String; var seq: Int64? }
     }
 
     /// Decodes one JSON body: any JSON object with a string `cmd` (extra keys
@@ -50,7 +55,8 @@ enum JSONDialect {
         switch incoming.cmd {
         case "nickname":
             guard let n = incoming.nickname else { return .failure(JSONBodyError(reason: "nickname: missing string 'nickname'")) }
-            return .success(.nickname(n, room: incoming.room, token: incoming.token))
+            return .success(.nickname(n, room: incoming.room, token: incoming.token, positions: incoming.positions,
+                                      since: incoming.since.map { RoomPosition(epoch: $0.epoch, seq: $0.seq ?? 0) }))
         case "msg":
             guard let c = incoming.content else { return .failure(JSONBodyError(reason: "msg: missing string 'content'")) }
             return .success(.msg(c))
@@ -83,6 +89,7 @@ enum JSONDialect {
     private struct Message: Encodable { var cmd = "msg"; var from: String; var content: String }
     private struct NoticeJSON: Encodable {
         var cmd = "notice"; var code: String; var text: String?; var retry_after_ms: Int64?; var count: Int64?
+        var epoch: String?; var seq: Int64?
     }
     private struct Gift: Encodable {
         var cmd = "gift"; var from: String; var giftname: String; var giftURL: String; var giftcount: Int32
@@ -114,7 +121,8 @@ enum JSONDialect {
         case s.noticeType:
             // Only the server sends notices (Auth/AuthGate.swift): a client's is refused by the relay.
             guard let n = try? Notice(protobuf: Array(body)) else { return nil }
-            json = try? encoder.encode(NoticeJSON(code: n.code, text: n.text, retry_after_ms: n.retryAfterMs, count: n.count))
+            json = try? encoder.encode(NoticeJSON(code: n.code, text: n.text, retry_after_ms: n.retryAfterMs, count: n.count,
+                                                      epoch: n.position?.epoch, seq: n.position?.seq))
         default:
             return nil
         }
@@ -123,10 +131,11 @@ enum JSONDialect {
 
     /// The LTB frame that stands for a JSON client's command inside the relay:
     /// its identity is `UserInfo(level: 0, name: nickname, iconURL: "")`.
-    /// A join's may carry `room` and `token` (UserInfo fields 4 and 5).
+    /// A join's may carry `room`, `token`, `positions` and `since`
+    /// (UserInfo fields 4-8).
     static func ltbFrame(type: UInt16, nickname: String, text: String? = nil, room: String? = nil, token: String? = nil,
-                         settings s: RelaySettings) -> [UInt8] {
-        let user = UserInfo(level: 0, name: nickname, iconURL: "", room: room, token: token)
+                         positions: Bool? = nil, since: RoomPosition? = nil, settings s: RelaySettings) -> [UInt8] {
+        let user = UserInfo(level: 0, name: nickname, iconURL: "", room: room, token: token, positions: positions, since: since)
         let body = text.map { ChatMessage(user: user, text: $0).serialized() } ?? user.serialized()
         return FrameCodec.encode(type: type, body: body, byteOrder: s.byteOrder)
     }
@@ -150,9 +159,9 @@ extension Server {
         case .failure(let error):
             handleRejected(id, relay.reject(id, reason: "json: \(error.reason)"), type: nil, now: now)
             return
-        case .success(.nickname(let name, let room, let token)):
+        case .success(.nickname(let name, let room, let token, let positions, let since)):
             type = s.joinType
-            frame = JSONDialect.ltbFrame(type: type, nickname: name, room: room, token: token, settings: s)
+            frame = JSONDialect.ltbFrame(type: type, nickname: name, room: room, token: token, positions: positions, since: since, settings: s)
             guard reachesEveryone(id, frame, now: now) else { return }
             if auth.active(config) {
                 let verdict = frame.withUnsafeBytes { authorize(id, type: type, frame: $0, now: now) }

@@ -169,12 +169,15 @@ extension Server {
         let tlsClosed = closeTLSForRestart()
         let carried = cluster?.carry()
         let moderated = moderation.records
+        let streams = relay.streams
         let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
-                                besides: (carried.map(HandOverState.clusterBytesBound) ?? 0) + HandOverState.moderationBytesBound(moderated))
+                                besides: (carried.map(HandOverState.clusterBytesBound) ?? 0) + HandOverState.moderationBytesBound(moderated)
+                                    + HandOverState.roomsBytesBound(streams))
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
         state.cluster = carried
         state.moderation = moderated
+        state.rooms = streams
         // The live box (LiveStore.swift) already holds every descriptor: a
         // second box would put each client in flight twice, and descriptors
         // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes

@@ -65,6 +65,7 @@ extension Server {
         r.byteMilliTokens = c.byteBucket.map { var b = $0; return Int64(b.milliTokens(nowMs: now)) }
         r.draining = table.state(id) == .draining
         r.authClaims = c.auth?.claims
+        r.positions = relay.wantsPositions(id)
         if let session = c.webSocket {
             var ws = HandOverState.WebSocket()
             ws.upgraded = session.isOpen

@@ -111,6 +111,8 @@ extension Server {
             restored += 1
             if record == nil { fresh += 1 }
         }
+        // Rooms go on with their epoch, numbers and recent lines (docs/protocol.md §4).
+        for stream in previous?.rooms ?? [] { relay.adopt(stream) }
         if fresh > 0 && previous != nil {
             logger.warning("\(plural(fresh, "handed-over connection")) had no state: served as new connections", ["REASON": "handover_state_missing"])
         }
@@ -146,7 +148,7 @@ extension Server {
         guard let r else { return id }
         if let ws = r.webSocket { restoreWebSocket(id, ws, now: now) }
         if r.webSocket.map({ $0.upgraded && !$0.echo }) ?? true {
-            relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations))
+            relay.restore(id, room: r.room, identity: r.identity, violations: Int(r.violations), positions: r.positions)
         }
         table.slots[id]!.nickname = r.nickname
         table.slots[id]!.input = r.input

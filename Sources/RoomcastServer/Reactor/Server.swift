@@ -221,6 +221,7 @@ public final class Server {
         if !tls.readAgain.isEmpty { readTLSAgain() }  // bytes inside OpenSSL wake no epoll
         let now = clock()
         runTimers(now: now)
+        if relay.positionsDue { relay.sendPositions(sink: table.fanout) }  // after this pass's frames (docs/protocol.md §4)
         reapAndFlush(now: now)
         systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
         logger.flushPending()  // log output journald or stderr did not take (never blocks)

@@ -258,7 +258,7 @@ final class TestClient {
 
 /// Frames as the original clients send them (little-endian LTB, default types).
 enum Wire {
-    static let join: UInt16 = 0, leave: UInt16 = 1, text: UInt16 = 2, gift: UInt16 = 3, heartbeat: UInt16 = 8
+    static let join: UInt16 = 0, leave: UInt16 = 1, text: UInt16 = 2, gift: UInt16 = 3, heartbeat: UInt16 = 8, notice: UInt16 = 9
     /// A type the daemon treats as opaque (relayed unchanged).
     static let opaque: UInt16 = 42
 

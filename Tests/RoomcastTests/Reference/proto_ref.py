@@ -34,14 +34,15 @@ except ImportError as error:
     sys.exit(2)
 
 F = descriptor_pb2.FieldDescriptorProto
-INT32, STRING, BYTES, MESSAGE = F.TYPE_INT32, F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_MESSAGE
+INT32, INT64, BOOL, STRING, BYTES, MESSAGE = F.TYPE_INT32, F.TYPE_INT64, F.TYPE_BOOL, F.TYPE_STRING, F.TYPE_BYTES, F.TYPE_MESSAGE
 REQUIRED, OPTIONAL, REPEATED = F.LABEL_REQUIRED, F.LABEL_OPTIONAL, F.LABEL_REPEATED
 
 # (field name, number, type, label); MESSAGE fields are always UserInfo.
 SCHEMA = {
     "UserInfo": [("level", 1, INT32, REQUIRED), ("name", 2, STRING, REQUIRED),
                  ("iconURL", 3, STRING, REQUIRED), ("room", 4, STRING, OPTIONAL),
-                 ("token", 5, STRING, OPTIONAL)],
+                 ("token", 5, STRING, OPTIONAL), ("positions", 6, BOOL, OPTIONAL),
+                 ("since_epoch", 7, STRING, OPTIONAL), ("since_seq", 8, INT64, OPTIONAL)],
     "ChatMessage": [("user", 1, MESSAGE, REQUIRED), ("text", 2, STRING, REQUIRED)],
     "GiftMessage": [("user", 1, MESSAGE, REQUIRED), ("giftname", 2, STRING, REQUIRED),
                     ("giftURL", 3, STRING, REQUIRED), ("giftcount", 4, INT32, REQUIRED)],
