@@ -218,6 +218,9 @@ deps-browser:
 # store (tools/browser/fake_systemd.py), then two restarts and a SIGKILL that keep them (the page
 # shows no reconnect; messages sent before, during and after each arrive once, in order), then a stop
 # the page reconnects from; the DOM, the LTB frames and the tab's WebSocket frames are checked.
+# Issue 23: with [rooms] history = 50, a third tab behind a cuttable loopback link (a phone's
+# network) sees the recent lines on join, resumes after two resets without duplicates and
+# shows a skipped notice.
 # Screenshots: docs/images/browser-chat.png, docs/images/browser-restart.png (after the
 # restarts). tools/browser/test_browser.py; about 25 s.
 test-browser: deps-browser

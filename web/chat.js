@@ -22,6 +22,22 @@
   // for anyone looking at the page with the browser's inspector.
   let reconnects = 0;
   state.dataset.reconnects = "0";
+  // Issue 23's positions (docs/protocol.md section 4, "Positions and
+  // resume"), per room ("" is the default room): the {epoch, seq} of the
+  // last numbered frame (text or gift) the page knows it has, learned from
+  // the notices history, position and history_lost. A rejoin after a
+  // reconnect sends it as "since" and gets only the frames after it.
+  const positions = {};
+  // The raw JSON of the texts and gifts shown since the last position
+  // notice: they are after the known seq, so a resume replays them; the
+  // replay skips them (in order) rather than show them twice.
+  let unconfirmed = [];
+  // The join in flight: {since} it resumed from (null: a fresh join) and
+  // whether the daemon answered history_lost.
+  let joining = null;
+  // Frames of a history replay still to come, and whether the replay is a
+  // resume (its frames after "since": skip those the page already shows).
+  let replayLeft = 0, replayResumes = false;
 
   $("room-name").textContent = room ? "#" + room : "";
   document.title = room ? "roomcast #" + room : "roomcast";
@@ -60,10 +76,76 @@
   }
 
   function join() {
-    const cmd = { cmd: "nickname", nickname: me.nickname };
+    // "positions": the daemon tells this page the room's epoch and seq
+    // (the notices history and position); "since": a rejoin resumes there.
+    const cmd = { cmd: "nickname", nickname: me.nickname, positions: true };
     if (room) cmd.room = room;
     if (me.token) cmd.token = me.token;
-    if (send(cmd)) showing = true;
+    const since = positions[room];
+    if (since) cmd.since = { epoch: since.epoch, seq: since.seq };
+    if (send(cmd)) {
+      showing = true;
+      joining = { since: since || null, lost: false };
+      replayLeft = 0;
+    }
+  }
+
+  // Learns the room's position from a notice that carries one: every
+  // frame shown so far is at or before it (unless a resume's replay of
+  // frames after "since" is still to come: then they are not yet).
+  function learn(m) {
+    if (typeof m.epoch === "string" && typeof m.seq === "number") {
+      positions[room] = { epoch: m.epoch, seq: m.seq };
+      if (replayLeft === 0) unconfirmed = [];
+    }
+  }
+
+  // Empties the view of the room's lines (the page's own connection
+  // lines stay), for a history that replaces what it showed.
+  function clearView(why) {
+    for (const li of Array.from(log.children)) {
+      if (li.className !== "status") li.remove();
+    }
+    unconfirmed = [];
+    if (why) show("history", [["", why]]);
+  }
+
+  // The notice history (docs/protocol.md section 4): count frames of the
+  // room's recent lines follow. After a resume they are the frames after
+  // "since"; otherwise the room's last lines, which replace the view when
+  // it already shows lines of the room (a rejoin the daemon could not
+  // resume, e.g. one without positions).
+  function onHistory(m) {
+    const j = joining;
+    joining = null;
+    const resumed = j !== null && j.since !== null && !j.lost && m.epoch === j.since.epoch;
+    replayLeft = m.count > 0 ? m.count : 0;
+    replayResumes = resumed;
+    if (!resumed) {
+      if (replayLeft > 0 && log.querySelector("li.msg, li.gift")) clearView(null);
+      unconfirmed = [];
+      if (showing && replayLeft > 0) show("history", [["", "\u2014 the last " + m.count + " messages \u2014"]]);
+    }
+    learn(m);
+  }
+
+  // A text or gift: numbered by the daemon. Returns false when it is one
+  // the page already shows (a resume's replay of an unconfirmed frame).
+  function numbered(raw) {
+    if (replayLeft > 0) {
+      replayLeft -= 1;
+      // The unconfirmed frames are a subsequence of the resume's replay, in
+      // order (frames shed for this page are in the replay but not shown).
+      const shown = replayResumes && unconfirmed.length > 0 && unconfirmed[0] === raw;
+      if (shown) unconfirmed.shift();
+      // The history notice's seq covers the whole replay.
+      if (replayLeft === 0) unconfirmed = [];
+      return !shown;
+    }
+    // Only a daemon that numbers frames sends the position notices that
+    // confirm (and empty) this list.
+    if (positions[room]) unconfirmed.push(raw);
+    return true;
   }
 
   function onMessage(event) {
@@ -75,8 +157,27 @@
       return;
     }
     if (m.cmd === "notice" && m.code === "history") {
-      // docs/protocol.md section 4: the room's recent lines follow.
-      if (showing && m.count > 0) show("history", [["", "\u2014 the last " + m.count + " messages \u2014"]]);
+      onHistory(m);
+      return;
+    }
+    if (m.cmd === "notice" && m.code === "position") {
+      // Once per pass that carried the room's frames, after them.
+      learn(m);
+      return;
+    }
+    if (m.cmd === "notice" && m.code === "history_lost") {
+      // The resume position could not be served (another epoch: a new
+      // daemon; or frames no longer held): the full recent lines follow.
+      if (joining) joining.lost = true;
+      delete positions[room];
+      clearView("history lost: reloaded");
+      learn(m);
+      return;
+    }
+    if (m.cmd === "notice" && m.code === "skipped") {
+      // Shedding (docs/protocol.md section 6): texts this slow viewer did
+      // not get; its backlog is back under output_soft_bytes.
+      if (showing) show("skipped", [["", m.count + (m.count === 1 ? " message" : " messages") + " skipped"]]);
       return;
     }
     if (m.cmd === "notice") {
@@ -90,9 +191,11 @@
     switch (m.cmd) {
       case "join": show("join", [["who", m.nickname], ["", " joined"]]); break;
       case "leave": show("leave", [["who", m.nickname], ["", " left"]]); break;
-      case "msg": show("msg", [["from", m.from + ":"], ["content", " " + m.content]]); break;
+      case "msg":
+        if (numbered(event.data)) show("msg", [["from", m.from + ":"], ["content", " " + m.content]]);
+        break;
       case "gift":
-        show("gift", [["from", m.from], ["", " sent " + m.giftcount + " \u00d7 " + m.giftname]]);
+        if (numbered(event.data)) show("gift", [["from", m.from], ["", " sent " + m.giftcount + " \u00d7 " + m.giftname]]);
         break;
     }
   }

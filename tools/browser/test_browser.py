@@ -9,6 +9,14 @@ standalone unit), opens the page twice (two tabs, ?room=stage) and
 connects one LTB client to the same room; the three converse (join, text
 both ways, a gift). Asserts on the DOM of both tabs and on the LTB frames.
 
+Issue 23 (`[rooms] history = 50`): a third tab, behind a loopback link the
+test can reset and hold (PhoneLink: a phone's network), joins after those
+lines and shows them; a reset while bob talks, then a reconnect, resumes
+with "since" and shows every line once; so does a reset between a text and
+its position notice; a `skipped` notice (inserted by the link) shows inline.
+Against a roomcastd without positions the reconnects reload the recent
+lines instead (said so on stdout), once each all the same.
+
 Then two restarts that must keep everyone (docs/protocol.md section 15,
 "Restarts"): each of the three sends before, while no roomcastd process
 runs (the messages wait in the kernel) and after; both tabs show every
@@ -37,6 +45,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from fake_systemd import FakeSystemd, ServiceError
@@ -175,6 +184,176 @@ class LTBClient:
         fail("the LTB client did not get %s from %s (%r); it got %r" % (kind, name, text, seen))
 
 
+# ------------------------------------------------------------ a phone's network (issue 23)
+
+class PhoneLink:
+    """A loopback TCP proxy between the browser and the WebSocket listener, standing in
+    for a phone's network: cut() resets every connection through it (both sides, as a
+    tunnel or a Wi-Fi-to-carrier switch does), hold() leaves new connections waiting in
+    the listen backlog until release(). It reads the WebSocket frames both ways (RFC 6455
+    section 5.2) to record each side's JSON messages, to cut right after a chosen frame
+    to the browser (cut_after), and to insert a message to the browser between two frames
+    (inject)."""
+
+    def __init__(self, upstream_port):
+        self.upstream = upstream_port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.05)
+        self.port = self.listener.getsockname()[1]
+        self.lock = threading.Lock()
+        self.accepting = threading.Event()
+        self.accepting.set()
+        self.stopping = False
+        self.links = []          # [(browser socket, daemon socket, lock of the browser side)]
+        self.websockets = []     # the link numbers that were upgraded, in order
+        self.record = []         # [(link number, "sent" | "received", JSON object)], as the browser sees it
+        self.cut_after = None    # a predicate on a message to the browser: forward it, then cut
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopping:
+            if not self.accepting.wait(0.05):
+                continue
+            try:
+                browser_side, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            daemon_side = socket.create_connection(("127.0.0.1", self.upstream))
+            send_lock = threading.Lock()
+            with self.lock:
+                number = len(self.links)
+                self.links.append((browser_side, daemon_side, send_lock))
+            threading.Thread(target=self._pump, args=(number, browser_side, daemon_side, None, "sent"), daemon=True).start()
+            threading.Thread(target=self._pump, args=(number, daemon_side, browser_side, send_lock, "received"),
+                             daemon=True).start()
+
+    def _pump(self, number, src, dst, dst_lock, direction):
+        """Forwards src to dst: the HTTP head as it comes, then (after a 101 answer) whole frames."""
+        buffer, head, upgraded = b"", True, False
+        try:
+            while True:
+                chunk = src.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                if head:
+                    end = buffer.find(b"\r\n\r\n")
+                    if end < 0:
+                        continue
+                    head = False
+                    first = buffer[:buffer.find(b"\r\n")]
+                    upgraded = b" 101 " in first if direction == "received" else b"upgrade: websocket" in buffer[:end].lower()
+                    if upgraded and direction == "received":
+                        with self.lock:
+                            self.websockets.append(number)
+                    self._send(dst, dst_lock, buffer[:end + 4])
+                    buffer = buffer[end + 4:]
+                if not upgraded:
+                    self._send(dst, dst_lock, buffer)
+                    buffer = b""
+                    continue
+                while True:
+                    whole = self._frame(buffer)
+                    if whole is None:
+                        break
+                    size, opcode, payload = whole
+                    self._send(dst, dst_lock, buffer[:size])
+                    buffer = buffer[size:]
+                    if opcode == 1:
+                        message = json.loads(payload)
+                        with self.lock:
+                            self.record.append((number, direction, message))
+                            cut = direction == "received" and self.cut_after is not None and self.cut_after(message)
+                            if cut:
+                                self.cut_after = None
+                        if cut:
+                            self._reset(number)
+                            return
+        except OSError:
+            pass
+        self._reset(number)
+
+    @staticmethod
+    def _frame(b):
+        """(size, opcode, unmasked payload) of the whole frame at the start of b, or None."""
+        if len(b) < 2:
+            return None
+        n, i = b[1] & 0x7F, 2
+        if n == 126:
+            if len(b) < 4:
+                return None
+            n, i = struct.unpack(">H", b[2:4])[0], 4
+        elif n == 127:
+            if len(b) < 10:
+                return None
+            n, i = struct.unpack(">Q", b[2:10])[0], 10
+        mask = b""
+        if b[1] & 0x80:
+            mask, i = b[i:i + 4], i + 4
+        if len(b) < i + n:
+            return None
+        payload = b[i:i + n]
+        if mask:
+            payload = bytes(c ^ mask[k % 4] for k, c in enumerate(payload))
+        return i + n, b[0] & 0x0F, payload
+
+    @staticmethod
+    def _send(dst, lock, data):
+        if lock is None:
+            dst.sendall(data)
+        else:
+            with lock:
+                dst.sendall(data)
+
+    def _reset(self, number):
+        for s in self.links[number][:2]:
+            try:
+                # A reset (linger 0); shutdown first wakes the other pump's recv.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def cut(self):
+        """Resets every connection: the browser sees its WebSocket close without a close frame (1006)."""
+        with self.lock:
+            numbers = range(len(self.links))
+        for n in numbers:
+            self._reset(n)
+
+    def hold(self):
+        self.accepting.clear()
+
+    def release(self):
+        self.accepting.set()
+
+    def inject(self, message):
+        """Sends the browser, on the newest WebSocket, a text message of the server (unmasked)."""
+        payload = json.dumps(message, separators=(",", ":")).encode()
+        assert len(payload) < 126
+        with self.lock:
+            browser_side, _, send_lock = self.links[self.websockets[-1]]
+        self._send(browser_side, send_lock, bytes([0x81, len(payload)]) + payload)
+
+    def messages(self, direction):
+        """[(link number, JSON object)] the browser sent or received, in order."""
+        with self.lock:
+            return [(n, m) for n, d, m in self.record if d == direction]
+
+    def close(self):
+        self.stopping = True
+        self.cut()
+        self.listener.close()
+
+
 # ------------------------------------------------------------ the daemon
 
 def free_port():
@@ -225,7 +404,7 @@ def wait(driver, what, condition):
     try:
         return WebDriverWait(driver, DEADLINE_S, poll_frequency=0.05).until(lambda d: condition(d))
     except TimeoutException:
-        log = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#log li")]
+        log = log_lines(driver)
         fail("%s: not within %d s (state %r, log %r)" % (what, DEADLINE_S, driver.find_element(By.ID, "state").text, log))
 
 
@@ -234,7 +413,8 @@ def state(driver):
 
 
 def log_lines(driver):
-    return [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#log li")]
+    # One script, not an element each: a reload empties the log while it is read.
+    return driver.execute_script('return Array.from(document.querySelectorAll("#log li"), li => li.innerText.trim());')
 
 
 def wait_line(driver, tab, line):
@@ -367,6 +547,102 @@ def kept_restart(service, driver, tabs, ltb, round_no, crash=False):
     return gap_ms
 
 
+NUMBERED = ("alice: ", "carol: ", "bob: ", "bob sent ")
+
+
+def numbered_lines(driver):
+    """The texts and gifts a tab shows, in order."""
+    return [line for line in log_lines(driver) if line.startswith(NUMBERED)]
+
+
+def phone_viewer(driver, link, ltb, tab_a, earlier):
+    """Issue 23 in the page, tab C behind `link` (a phone's network): joining a room
+    with history on shows its recent lines; a reset while lines are sent, then a
+    reconnect, resumes with "since" and shows every line once; a reset right after a
+    text reached the page but before its position notice did (the replay then holds
+    that text again) shows it once too; a `skipped` notice shows inline. Returns
+    whether the daemon numbers frames (positions in the history notice); without
+    that, the reconnect reloads the recent lines instead, once each all the same."""
+    def bob(text):
+        ltb.send(TEXT, field(1, user_info("bob")) + field(2, text.encode()))
+
+    driver.switch_to.new_window("tab")
+    tab_c = driver.current_window_handle
+    driver.get("http://127.0.0.1:%d/?room=%s" % (link.port, ROOM))
+    wait(driver, "tab C connects on load", lambda d: state(d) == "open")
+    join(driver, "dave")
+    wait_line(driver, "tab C", earlier[-1])
+    want = ["dave joined", "\u2014 the last %d messages \u2014" % len(earlier)] + earlier
+    if log_lines(driver) != want:
+        fail("tab C, joining after %d lines with history on, shows %r, not %r" % (len(earlier), log_lines(driver), want))
+    join_dave = {"cmd": "nickname", "nickname": "dave", "room": ROOM, "positions": True}
+    sent = [m for _, m in link.messages("sent")]
+    if sent != [join_dave]:
+        fail("tab C sent %r, not its join with positions %r" % (sent, join_dave))
+    history = [m for _, m in link.messages("received") if m.get("code") == "history"]
+    positions = bool(history) and "epoch" in history[0] and "seq" in history[0]
+    if not positions:
+        print("test-browser: this roomcastd sends no positions (no epoch in %r): the reconnects reload" % history)
+
+    # The network goes away (a tunnel): the page closes, its reconnect waits in the
+    # link's backlog while bob says five lines; then the link comes back.
+    link.hold()
+    link.cut()
+    wait(driver, "tab C sees its connection reset", lambda d: reconnects(d) == 1)
+    away = ["while away %d from bob" % i for i in range(1, 6)]
+    for text in away:
+        bob(text)
+    driver.switch_to.window(tab_a)
+    for text in away:
+        wait_line(driver, "tab A", "bob: " + text)
+    driver.switch_to.window(tab_c)
+    link.release()
+    wait(driver, "tab C reconnects", lambda d: state(d) == "open")
+    wait_line(driver, "tab C", "bob: " + away[-1])
+    bob("after the resume")
+    wait_line(driver, "tab C", "bob: after the resume")
+    want = earlier + ["bob: " + t for t in away] + ["bob: after the resume"]
+    if numbered_lines(driver) != want:
+        fail("tab C, after a reconnect, shows %r, not %r once each in order" % (numbered_lines(driver), want))
+    if positions:
+        joins = [m for _, m in link.messages("sent") if m.get("cmd") == "nickname"]
+        since = joins[-1].get("since")
+        if len(joins) != 2 or not since or since.get("epoch") != history[0]["epoch"]:
+            fail("tab C's rejoin did not resume from the room's epoch %r: %r" % (history[0].get("epoch"), joins))
+        lines = log_lines(driver)
+        if "history lost: reloaded" in lines or want[0] not in lines or "dave joined" not in lines:
+            fail("tab C's resume reloaded the view: %r" % lines)
+        resumed = [m for n, m in link.messages("received") if n == link.websockets[-1] and m.get("code") == "history"]
+        if [m.get("count") for m in resumed] != [len(away)]:
+            fail("tab C's resume got the history notices %r, not one with count %d" % (resumed, len(away)))
+
+    # A reset right after the text "race" reached the page, before the position
+    # notice that follows it: the resume's replay holds "race" again.
+    link.cut_after = lambda m: m.get("cmd") == "msg" and m.get("content") == "race"
+    bob("race")
+    wait(driver, "tab C reconnects after a reset between a text and its position",
+         lambda d: reconnects(d) == 2 and state(d) == "open")
+    bob("after the race")
+    wait_line(driver, "tab C", "bob: after the race")
+    want += ["bob: race", "bob: after the race"]
+    if numbered_lines(driver) != want:
+        fail("tab C, after a reset between a text and its position, shows %r, not %r once each in order"
+             % (numbered_lines(driver), want))
+    races = [n for n, m in link.messages("received") if m.get("cmd") == "msg" and m.get("content") == "race"]
+    if positions and len(set(races)) != 2:
+        fail("the daemon sent tab C \"race\" on WebSockets %r, not twice (live, then in the resume)" % races)
+
+    # Shedding: a `skipped` notice (the daemon's, as the link inserts it) shows inline.
+    link.inject({"cmd": "notice", "code": "skipped", "count": 7})
+    wait_line(driver, "tab C", "7 messages skipped")
+    if log_lines(driver)[-1] != "7 messages skipped":
+        fail("tab C shows the skipped notice as %r, not last in the chat" % log_lines(driver)[-3:])
+    driver.close()
+    driver.switch_to.window(tab_a)
+    wait_line(driver, "tab A", "dave left")
+    return positions, len(races)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--roomcastd", required=True)
@@ -386,8 +662,9 @@ def main():
     conf = os.path.join(work, "roomcastd.conf")
     with open(conf, "w") as f:
         # heartbeat.timeout = 0: the LTB client here sends no heartbeats. rooms.counts = 0:
-        # no `viewers` notice every 5 s between the lines the test looks for.
-        f.write("[heartbeat]\ntimeout = 0\n[rooms]\ncounts = 0\n[websocket]\nlisten = 127.0.0.1:%d\npage = yes\npage_dir = %s\n"
+        # no `viewers` notice every 5 s between the lines the test looks for. rooms.history
+        # = 50, as `make run` has it (issue 23).
+        f.write("[heartbeat]\ntimeout = 0\n[rooms]\ncounts = 0\nhistory = 50\n[websocket]\nlisten = 127.0.0.1:%d\npage = yes\npage_dir = %s\n"
                 % (ws_port, os.path.abspath(args.web)))
     daemon_log = os.path.join(work, "roomcastd.log")
     # roomcastd under a fake PID 1 with an fd store, as the shipped standalone
@@ -455,6 +732,14 @@ def main():
             os.makedirs(os.path.dirname(os.path.abspath(args.screenshot)), exist_ok=True)
             driver.save_screenshot(args.screenshot)
 
+        # Issue 23: tab C, on a phone's network, joins after those lines with history on,
+        # reconnects, resumes, and is told of skipped texts.
+        link = PhoneLink(ws_port)
+        earlier = ["alice: hello from a browser, ça va ?", "carol: hi alice <b>not bold</b>", "bob: hello browsers",
+                   "bob sent 3 \u00d7 rose"]
+        positions, races = phone_viewer(driver, link, ltb, tab_a, earlier)
+        link.close()
+
         # Two restarts that keep everyone (docs/protocol.md section 15, "Restarts"):
         # the same WebSockets, no close, no new upgrade, no join again.
         gaps = [kept_restart(service, driver, (tab_a, tab_b), ltb, n) for n in (1, 2)]
@@ -478,7 +763,7 @@ def main():
         # a message; one WebSocket for the whole run, one join (the restarts
         # made it neither reconnect nor join again).
         by_tab = websocket_events(driver)
-        join_alice = {"cmd": "nickname", "nickname": "alice", "room": ROOM}
+        join_alice = {"cmd": "nickname", "nickname": "alice", "room": ROOM, "positions": True}
         tab_events = [e for e in by_tab.values() if any(k == "sent" and json.loads(p) == join_alice for k, p in e)]
         if len(tab_events) != 1:
             fail("no single tab sent alice's join: %r" % by_tab)
@@ -517,6 +802,11 @@ def main():
         ltb.expect(JOIN, "bob")
         wait(driver, "tab A reconnects", lambda d: state(d) == "open")
         ltb.expect(JOIN, "alice")
+        if positions:
+            # A daemon without the hand-over: another epoch, the view is reloaded.
+            wait_line(driver, "tab A", "history lost: reloaded")
+            if numbered_lines(driver):
+                fail("tab A kept the old daemon's lines after history_lost: %r" % log_lines(driver))
         if reconnects(driver) != 1:
             fail("tab A counted %d reconnects, not 1" % reconnects(driver))
         stop_daemon(daemon)
@@ -526,8 +816,11 @@ def main():
         if len(closed) != 2 or not closed[1].startswith("connection closed (1001"):
             fail("tab A did not show the 1001 close of a stop outside systemd: %r" % closed)
         print("test-browser: 2 tabs and 1 LTB client conversed in room %r; kept across 2 restarts%s (SIGTERM or SIGKILL "
-              "to READY=1: %s ms, no reconnect); reconnect after a stop; %.1f s"
-              % (ROOM, " and a SIGKILL" if args.crash else "", ", ".join("%.0f" % g for g in gaps), time.monotonic() - start))
+              "to READY=1: %s ms, no reconnect); reconnect after a stop; a viewer joining later saw the %d recent lines, "
+              "resumed after 2 resets (%s; \"race\" sent to it %d times, shown once) and showed a skipped notice; %.1f s"
+              % (ROOM, " and a SIGKILL" if args.crash else "", ", ".join("%.0f" % g for g in gaps), len(earlier),
+                 "with since" if positions else "reloaded: this roomcastd sends no positions", races,
+                 time.monotonic() - start))
     finally:
         if driver is not None:
             driver.quit()
