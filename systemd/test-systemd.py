@@ -1361,6 +1361,73 @@ def test_handover(t, stage):
     write_config(stage, "")
 
 
+NOTICE = 9
+
+
+def proto_fields(body):
+    """The proto2 fields of `body` as {number: value}: ints for varints, bytes for the rest."""
+    out, i = {}, 0
+
+    def varint():
+        nonlocal i
+        n = shift = 0
+        while True:
+            b = body[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return n
+    while i < len(body):
+        key = varint()
+        if key & 7 == 0:
+            out[key >> 3] = varint()
+        else:
+            n = varint()
+            out[key >> 3], i = body[i:i + n], i + n
+    return out
+
+
+def test_positions_restart(t, stage):
+    """docs/protocol.md §4: positions survive systemctl restart (the hand-over state): the room keeps its
+    epoch, its numbers and its recent lines, and a rejoin "since" is served exactly."""
+    write_config(stage, "[rooms]\nhistory = 50\n")
+    run("systemctl", "restart", UNIT)
+    s = Client(State.port)
+    s.send(JOIN, user_info("streamer", "positions"))
+    s.recv(), s.recv()  # its join echo, the notice history (0)
+    v = Client(State.port)
+    v.send(JOIN, user_info("viewer", "positions") + field(6, 1))
+    notices = []
+
+    def texts(n, sent_by):
+        for i in range(n):
+            s.send(TEXT, field(1, user_info("streamer", "positions")) + field(2, f"{sent_by} {i}"))
+            s.recv()  # its echo: relayed
+    texts(10, "before")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (notices and notices[-1].get(6) == 10):
+        type_, body = v.recv()
+        if type_ == NOTICE:
+            notices.append(proto_fields(body))
+    epoch = notices[-1].get(5) if notices else None
+    t.check("a viewer asking for positions gets the notice position with seq 10 after 10 lines",
+            bool(notices) and notices[-1].get(1) == b"position" and epoch and len(epoch) == 16, repr(notices[-1:]))
+    run("systemctl", "restart", UNIT)  # a hand-over: both clients stay connected
+    texts(5, "after")
+    late = Client(State.port)
+    late.send(JOIN, user_info("late", "positions") + field(7, epoch or b"") + field(8, 8))
+    late.recv()  # its join echo
+    n = proto_fields(late.recv()[1])
+    t.check("after the restart a rejoin since seq 8 gets the notice history (count 7) under the same epoch, seq 15",
+            n.get(1) == b"history" and n.get(4) == 7 and n.get(5) == epoch and n.get(6) == 15, repr(n))
+    got = [proto_fields(late.recv()[1]).get(2) for _ in range(7)]
+    t.check("and exactly lines 9-15: the two the restart carried in the history, then the five after it",
+            got == [b"before 8", b"before 9"] + [f"after {i}".encode() for i in range(5)], repr(got))
+    for c in (s, v, late):
+        c.close()
+    write_config(stage, "")
+
 def test_budget(t):
     """LimitNOFILE= lowered so that the live box cannot hold max_clients
     (descriptors in flight count against RLIMIT_NOFILE): told at start in
@@ -1808,6 +1875,7 @@ def main():
         t.section("HAProxy (TLS, PROXY v2) in front: systemctl restart keeps the proxied clients and their addresses",
                   test_haproxy_restart, args.stage)
         t.section("restarts, an upgrade and a crash keep every client", test_handover, args.stage)
+        t.section("positions and recent lines across systemctl restart", test_positions_restart, args.stage)
         t.section("a stray SIGUSR2, then systemctl stop: a real stop", test_stray_usr2_then_stop)
         t.section("LimitNOFILE= lowered: the budget does not hold", test_budget)
         t.section("two daemons on one Redis: restarts and a crash keep every client and every room on the cluster",
