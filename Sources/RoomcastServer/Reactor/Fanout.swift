@@ -286,15 +286,14 @@ final class Fanout: FrameSink {
             // No nested function for the JSON translation: one that captures
             // these locals made every delivery pay for dynamic exclusivity
             // checks (callgrind: 77 -> 108 instructions per delivery).
-            // A text broadcast first looks for slow consumers (their soft
-            // clock runs) and leaves them out: others' texts wait until they
-            // catch up. Any other broadcast walks `members` as it always did.
-            var targets = members
-            if sheds {
-                for m in members where m != except && m != sender && boxes[m].softSinceMs != nil && boxes[m].takesFrames { shed.append(m) }
-                if !shed.isEmpty { targets = members.filter { $0 == sender || boxes[$0].softSinceMs == nil } }
-            }
-            for m in targets where m != except && boxes[m].takesFrames {
+            for m in members where m != except && boxes[m].takesFrames {
+                // Shedding: a text broadcast leaves out slow consumers (their
+                // soft clock runs) other than its sender; others' texts wait
+                // until they catch up. `sheds` is false for every other broadcast.
+                if sheds && boxes[m].softSinceMs != nil && m != sender {
+                    shed.append(m)
+                    continue
+                }
                 if boxes[m].json {
                     if json == nil {
                         if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
