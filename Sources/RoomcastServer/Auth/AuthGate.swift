@@ -257,6 +257,20 @@ extension Server {
         _ = frame.withUnsafeBytes { table.fanout.broadcast($0, from: id, to: [id], except: -1) }
     }
 
+    /// Ends a connection just sent a notice that removes it (`kicked`,
+    /// `banned`, `token_expired`): its room hears the leave now, an upgraded
+    /// WebSocket client also gets the close frame 1008 (policy, docs/protocol.md
+    /// §15: a browser would otherwise see 1006 and reconnect at once), then
+    /// what it is owed is flushed and the socket closed.
+    func removeAfterNotice(_ id: Int, _ notice: Notice, now: UInt64) {
+        if table.slots[id]!.webSocket?.isOpen == true {
+            table.fanout.unicast(WebSocketFrameEncoder.close(.policyViolation, reason: notice.code), to: id)
+        }
+        depart(id)
+        heartbeats.untrack(id)
+        startDraining(id, now: now)
+    }
+
     /// Closes the connections whose token ran out without a renewal:
     /// `token_expired`, then the owed output is flushed and the socket closed.
     func expireTokens(now: UInt64) {
@@ -264,17 +278,15 @@ extension Server {
             guard table.isOpen(id), let session = table.slots[id]!.auth, session.serial == serial else { continue }
             auth.expired &+= 1
             table.slots[id]!.disconnectReason = .tokenExpired
-            sendNotice(id, Notice(code: RejectionCode.tokenExpired.rawValue,
-                                  text: "the token expired at \(session.claims.exp) and was not renewed"))
+            let notice = Notice(code: RejectionCode.tokenExpired.rawValue, text: "the token expired at \(session.claims.exp) and was not renewed")
+            sendNotice(id, notice)
             let address = table.address(of: id)
             if auth.shouldLog(address, nowMs: now) {
                 logger.warning("\(address): token of '\(clipForLog(session.claims.sub, maxBytes: 64))' expired without renewal; closing",
                                ["CLIENT_ADDR": address, "REASON": "token_expired", "USER_SUB": clipForLog(session.claims.sub, maxBytes: 64),
                                 "ROOM": relay.room(of: id) ?? ""])
             }
-            depart(id)
-            heartbeats.untrack(id)
-            startDraining(id, now: now)
+            removeAfterNotice(id, notice, now: now)
         }
     }
 

@@ -84,9 +84,7 @@ extension Server {
             table.slots[id]!.disconnectReason = notice.code == "banned" ? .banned : .kicked
             sendNotice(id, notice)
             logger.info("\(table.address(of: id)): \(why) \(room)", ["CLIENT_ADDR": table.address(of: id), "ROOM": room.string, "REASON": notice.code])
-            depart(id)
-            heartbeats.untrack(id)
-            startDraining(id, now: now)
+            removeAfterNotice(id, notice, now: now)
         }
         return targets.count
     }

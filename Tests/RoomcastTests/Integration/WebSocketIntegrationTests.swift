@@ -438,3 +438,19 @@ struct WebSocketInteropTests {
         #expect(d.stderr.wait(for: "REASON=websocket_upgrade_refused"), "no log line for the refused origin")
     }
 }
+
+extension WebSocketIntegrationTests {
+    @Test("a WebSocket client kicked by the backend gets the notice kicked, then the close frame 1008 (not a bare TCP close: a browser would see 1006)")
+    func kickClosesWith1008() throws {
+        let (d, _) = try APIIntegrationTests.daemon(Self.settings)  // the key file is read at start
+        let w = try WebSocketTestClient.open(d)
+        try w.sendJSON(["cmd": "nickname", "nickname": "troll", "room": "stage"])
+        #expect(w.receiveJSON()?["cmd"] as? String == "join")
+        let api = try APITestClient(port: try #require(d.apiPort))
+        let k = try #require(api.request("POST", "/v1/rooms/stage/kick", body: #"{"name": "troll"}"#))
+        #expect(k.status == 200 && k.body.contains(#""kicked": 1"#))
+        let notice = w.receiveJSON()
+        #expect(notice?["cmd"] as? String == "notice" && notice?["code"] as? String == "kicked", "\(String(describing: notice))")
+        #expect(w.expectCloseCode() == 1008)
+    }
+}
