@@ -49,6 +49,7 @@ import Testing
             return
         }
         #expect(becameSlow && pending > soft)
+        t.fanout.someoneSlow = true  // as the server does when it lists it in OutputWatch.overSoft
         t.fanout.endPass()
     }
 

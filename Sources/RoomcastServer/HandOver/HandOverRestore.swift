@@ -172,6 +172,7 @@ extension Server {
             // The slow-consumer clock goes on where it was (docs/protocol.md §6).
             table.fanout.outboxes[id].softSinceMs = now &- min(UInt64(elapsed), now)
             watch.overSoft.append(id)
+            table.fanout.someoneSlow = true
         }
         if r.draining {
             // It had sent EOF and left its room: only its owed output remains.

@@ -185,6 +185,12 @@ final class Fanout: FrameSink {
     /// `output_soft_bytes` (its `softSinceMs` is set, by `write` after its
     /// last send). Read once per broadcast.
     var shedsText = true
+    /// Whether some connection may be above `output_soft_bytes`: the server
+    /// sets it when one joins `OutputWatch.overSoft` and clears it when that
+    /// list empties (every connection whose soft clock runs is in it). A text
+    /// broadcast looks for slow consumers only then: no cost per delivery
+    /// while everyone keeps up (`make bench-history`: 71.5 -> 67 instructions).
+    var someoneSlow = false
     /// Text frames withheld from each connection in its shedding episode,
     /// by id: only connections in one (a dictionary touched per broadcast
     /// that sheds, and per flush only while an episode is open, never per
@@ -247,7 +253,7 @@ final class Fanout: FrameSink {
         var count = 0
         // Shedding (docs/protocol.md §6): the type is read once per broadcast;
         // only a text broadcast pays a comparison per recipient.
-        let sheds = shedsText && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
+        let sheds = shedsText && someoneSlow && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
         var shed: [Int] = []
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ range: Range<Int>, _ form: BatchForm, _ m: Int) {

@@ -40,7 +40,10 @@ extension Server {
         case .partial(_, let hadBacklog, let becameSlow):
             if live != nil { liveTorn(id) }  // the rest of a frame the kernel took part of
             if !hadBacklog { setWriteInterest(id, true) }
-            if becameSlow { watch.overSoft.append(id) }
+            if becameSlow {
+                watch.overSoft.append(id)
+                table.fanout.someoneSlow = true
+            }
         }
     }
 
@@ -121,6 +124,7 @@ extension Server {
             }
             return true
         }
+        if watch.overSoft.isEmpty { table.fanout.someoneSlow = false }
     }
 
     /// Logs the shedding episodes (docs/protocol.md §6, "Shedding") that
