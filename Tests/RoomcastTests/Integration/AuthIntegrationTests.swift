@@ -166,6 +166,52 @@ struct AuthIntegrationTests {
         #expect(c.receiveFrames(3).map(\.wire) == frames, "texts, gifts and opaque frames are never rewritten")
     }
 
+    @Test("the token's level and icon bind the UserInfo; a moderator may send gifts and opaque frames without may; signed joins over WebSocket, JSON and LTB subprotocols")
+    func claimsRolesAndWebSocket() throws {
+        let d = try AuthDaemon(["websocket.listen": "127.0.0.1:0"]).daemon
+        let now = TestKeys.now
+        let t = try mintTokens([
+            TestKeys.hs(["sub": "m-1", "name": "mod", "level": 3, "icon": "https://img.example/mod.png", "exp": now + 600,
+                         "rooms": ["stage"], "role": "moderator"]),
+            TestKeys.hs(["sub": "web", "exp": now + 600, "rooms": ["stage"]]),
+            TestKeys.hs(["sub": "ws-ltb", "exp": now + 600, "rooms": ["stage"]]),
+        ])
+        let m = try d.connect()
+        var forged = user("mod", room: "stage", token: t[0])
+        forged.level = 99
+        try m.send(Wire.join(forged))
+        #expect(nextNotice(m)?.code == "identity_mismatch", "a level the token does not give")
+        forged.level = 3
+        forged.iconURL = "https://img.example/other.png"
+        try m.send(Wire.join(forged))
+        #expect(nextNotice(m)?.code == "identity_mismatch", "an icon the token does not give")
+        try m.send(Wire.join(user("mod", room: "stage", token: t[0])))
+        #expect(m.receiveFrame()?.wire == Wire.join(user("mod", room: "stage")))
+
+        // roomcast.json.v1: the nickname command's token; roomcast.ltb.v1: a join frame with field 5.
+        let wj = try WebSocketTestClient.open(d)
+        try wj.sendJSON(["cmd": "nickname", "nickname": "web", "room": "stage", "token": t[1]])
+        #expect(wj.receiveJSON()?["nickname"] as? String == "web", "its join echo")
+        #expect(m.receiveFrame()?.wire == Wire.frame(0, UserInfo(level: 0, name: "web", iconURL: "", room: "stage").serialized()))
+        let wl = try WebSocketTestClient.open(d, subprotocol: "roomcast.ltb.v1")
+        try wl.sendBinary(Wire.join(user("ws-ltb", room: "stage", token: t[2])))
+        #expect(m.receiveFrame()?.wire == Wire.join(user("ws-ltb", room: "stage")), "relayed without the token")
+        try wl.sendBinary(Wire.text(Wire.user("mod"), "forged"))
+        var refusal: Notice?
+        while refusal == nil, let msg = wl.receiveMessage() {  // its own join echo comes first
+            if msg.payload.count > 6 && msg.payload[4] == 9 { refusal = try? Notice(protobuf: Array(msg.payload[6...])) }
+        }
+        #expect(refusal?.code == "identity_mismatch", "a forged name over WebSocket is refused as over TCP")
+        m.expectNoFrame(within: .milliseconds(200), "(the forged text)")
+
+        // A moderator's default may is every type: a gift and an opaque frame reach the room.
+        let frames = [Wire.gift(user("mod"), "rose", count: 2), Wire.frame(42, [4, 2])]
+        for f in frames { try m.send(f) }
+        var got: [[UInt8]] = []
+        while got.count < 2, let msg = wl.receiveMessage() { got.append(msg.payload) }
+        #expect(got.filter { frames.contains($0) }.count == 2, "the moderator's gift and opaque frame, byte for byte")
+    }
+
     @Test("anonymous = read: a tokenless client joins and reads, and is refused when it sends; anonymous = none hears nothing")
     func anonymousRead() throws {
         let now = TestKeys.now
