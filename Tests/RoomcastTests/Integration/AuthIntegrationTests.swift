@@ -212,6 +212,22 @@ struct AuthIntegrationTests {
         #expect(got.filter { frames.contains($0) }.count == 2, "the moderator's gift and opaque frame, byte for byte")
     }
 
+    @Test("refusals are logged once per client address per minute, all counted in STATUS=")
+    func refusalLogIsRateLimitedAndCounted() throws {
+        let d = try AuthDaemon(["protocol.max_violations": "10"]).daemon
+        let c = try d.connect()
+        for _ in 0..<5 {
+            try c.send(Wire.join(user("x", room: "stage", token: "not.a.token")))
+            #expect(nextNotice(c)?.code == "token_invalid")
+        }
+        #expect(d.stderr.wait(forLineWith: ["REASON=token_invalid", c.address], timeout: .seconds(3)))
+        let lines = d.stderr.current.split(separator: "\n").filter { $0.contains("REASON=token_invalid") && $0.contains(c.address) }
+        #expect(lines.count == 1, "five refusals, one journal line: \(lines.count)")
+        #expect(d.notify.wait(timeout: .seconds(5)) { $0.hasPrefix("STATUS=") && $0.contains("auth: 5 refused, 0 expired") } != nil,
+                "STATUS= counts every refusal")
+        c.expectOpen()
+    }
+
     @Test("anonymous = read: a tokenless client joins and reads, and is refused when it sends; anonymous = none hears nothing")
     func anonymousRead() throws {
         let now = TestKeys.now
