@@ -62,6 +62,10 @@ public struct HandOverState: Equatable, Sendable {
     /// that positions survive the restart; empty before they were added
     /// (the next process then draws new epochs).
     public var rooms: [RoomStream] = []
+    /// Hand-overs made since the daemon last started fresh or recovered
+    /// from a crash, this one included (`roomcast_handovers_total`); 0 from
+    /// a writer before it was added.
+    public var handOvers: UInt64 = 0
 
     /// What the cluster link carries over, so that the other daemons see the
     /// same daemon go on: its origin and, per room with members, its stream
@@ -233,6 +237,7 @@ public struct HandOverState: Equatable, Sendable {
         case connectionCount = 3
         case boxName = 4
         case socketOptions = 5
+        case handOvers = 6
         /// The number of WebSocket connection records (tag 4), a cross-check;
         /// far from the sequence above, so that tags other changes add there cannot collide.
         case webSocketCount = 0x5701
@@ -332,6 +337,7 @@ public struct HandOverState: Equatable, Sendable {
             if webSockets > 0 { w.u32(GlobalTag.webSocketCount.rawValue, UInt32(webSockets)) }
             w.bytes(GlobalTag.boxName.rawValue, boxName.utf8)
             w.bytes(GlobalTag.socketOptions.rawValue, socketOptions.utf8)
+            if handOvers > 0 { w.u64(GlobalTag.handOvers.rawValue, handOvers) }
         }
         for c in connections {
             w.nested(c.webSocket == nil ? RecordTag.connection.rawValue : RecordTag.webSocketConnection.rawValue) { w in
@@ -470,6 +476,7 @@ public struct HandOverState: Equatable, Sendable {
                     case .connectionCount: expectedCount = try Reader.u32(v, "connection count")
                     case .boxName: state.boxName = try Reader.text(v, "box name")
                     case .socketOptions: state.socketOptions = try Reader.text(v, "socket options")
+                    case .handOvers: state.handOvers = try Reader.u64(v, "hand-over count")
                     case .webSocketCount: expectedWebSockets = try Reader.u32(v, "WebSocket connection count")
                     case nil: break
                     }

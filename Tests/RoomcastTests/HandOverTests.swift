@@ -648,4 +648,15 @@ extension HandOverTests {
         #expect((try? Notice(protobuf: resumed[1].1)) == Notice(code: "history", count: 7, position: RoomPosition(epoch: epoch, seq: 15)))
         #expect(resumed.dropFirst(2).compactMap { try? ChatMessage(protobuf: $0.1).text } == ["before 8", "before 9"] + (0..<5).map { "after \($0)" })
     }
+
+    @Test("roomcast_handovers_total counts the restarts that kept the connections, carried from process to process")
+    func handOverCountCarriesOver() throws {
+        let a = try Node(Self.config, clock: ManualClock())
+        #expect(a.server.handOver.handOvers == 0 && a.server.handOver.startedFrom == "fresh")
+        _ = a.connect()
+        let b = try Self.handOver(a)
+        let c = try Self.handOver(b)
+        #expect(b.server.handOver.handOvers == 1 && c.server.handOver.handOvers == 2)
+        #expect(c.server.metricsText(now: c.clock.nowMs).contains("roomcast_handovers_total 2\n"))
+    }
 }

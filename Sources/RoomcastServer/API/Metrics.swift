@@ -31,6 +31,8 @@ extension Server {
                [("", UInt64(handOver.restoredConnections))])
         family("start_info", "gauge", "How this process started: fresh, handover (a restart that kept the connections) or crash (recovered).",
                [("{from=\"\(handOver.startedFrom)\"}", 1)])
+        family("handovers_total", "counter", "Restarts that handed the connections over to the next process, since the daemon last started fresh or recovered from a crash (carried across them).",
+               [("", handOver.handOvers)])
         family("auth_refusals_total", "counter", "Frames refused by [auth].", [("", auth.refusals)])
         family("frames_refused_total", "counter", "Frames from clients refused and relayed nowhere, by reason (the notice's code).",
                FrameRefusal.allCases.map { ("{reason=\"\($0.label)\"}", relay.refusedByReason[$0]) })

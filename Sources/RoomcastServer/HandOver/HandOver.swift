@@ -86,6 +86,9 @@ struct HandOverControl {
     /// connections it took over then (GET /metrics).
     var startedFrom = "fresh"
     var restoredConnections = 0
+    /// Hand-overs made by this process's predecessors since the daemon last
+    /// started fresh or recovered from a crash (carried in the state).
+    var handOvers: UInt64 = 0
     /// Listeners the previous process stored (standalone unit), not yet adopted.
     var storedListeners: [(fd: Int32, name: String)] = []
     /// Listener descriptors this process keeps in systemd's fd store.
@@ -178,6 +181,7 @@ extension Server {
         state.cluster = carried
         state.moderation = moderated
         state.rooms = streams
+        state.handOvers = handOver.handOvers &+ 1
         // The live box (LiveStore.swift) already holds every descriptor: a
         // second box would put each client in flight twice, and descriptors
         // in flight count against RLIMIT_NOFILE (10,000 clients in two boxes

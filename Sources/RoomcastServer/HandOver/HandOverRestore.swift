@@ -28,6 +28,7 @@ extension Server {
         if previous != nil || names.contains(HandOverName.box) {
             summary = restoreGraceful(previous, &stored, started: started)
             handOver.startedFrom = "handover"
+            handOver.handOvers = max(previous?.handOvers ?? 0, 1)  // a writer before the count: at least this one
             closeCopies(stored)  // live boxes and logs: copies of what was handed over, and closed ones
         } else {
             // A crash, or a hand-over whose state is unusable and whose box
