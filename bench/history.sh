@@ -67,47 +67,12 @@ CONF_OFF=$(conf_for off)
 # before anything else, or null when a live text frame comes first (bounded:
 # 3 s). Little-endian LTB, as the bench config.
 probe() {
-    timeout 10 python3 - "$ROOMCAST_PORT" <<'PY'
+    timeout 10 python3 - "$ROOMCAST_PORT" "$ROOT/systemd" <<'PY'
 import json, socket, struct, sys, time
+sys.path.insert(0, sys.argv[2])
+from chatpool import field, fields  # the proto2 helpers the systemd suite uses
 
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-def field(num, wire, value):
-    key = varint(num << 3 | wire)
-    return key + (varint(value) if wire == 0 else varint(len(value)) + value)
-
-def fields(body):
-    """proto2 fields of a body: {number: value} (varints and byte strings)."""
-    out, i = {}, 0
-    while i < len(body):
-        key, i = read_varint(body, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            out[num], i = read_varint(body, i)
-        elif wire == 2:
-            n, i = read_varint(body, i)
-            out[num], i = body[i:i + n], i + n
-        else:
-            raise ValueError(f"wire type {wire}")
-    return out
-
-def read_varint(b, i):
-    n = shift = 0
-    while True:
-        c = b[i]; i += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-        if not c & 0x80:
-            return n, i
-
-user = field(1, 0, 1) + field(2, 2, b"history-probe") + field(3, 2, b"") + field(4, 2, b"bench")
+user = field(1, 1) + field(2, b"history-probe") + field(3, b"") + field(4, b"bench")
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
 s.sendall(struct.pack("<IH", len(user), 0) + user)
 buf, count, frames, deadline = b"", None, 0, time.monotonic() + 3

@@ -44,6 +44,35 @@ def field(number, value):
     return varint(number << 3 | 2) + varint(len(value)) + value
 
 
+def fields(body):
+    """The proto2 fields of `body` as {number: value} (the last occurrence wins): ints for varints,
+    bytes for length-delimited fields; enough for UserInfo, ChatMessage, GiftMessage and Notice."""
+    out, i = {}, 0
+    while i < len(body):
+        key, i = read_varint(body, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            out[number], i = read_varint(body, i)
+        elif wire == 2:
+            n, i = read_varint(body, i)
+            out[number], i = bytes(body[i:i + n]), i + n
+        else:
+            raise ValueError(f"wire type {wire}")
+    return out
+
+
+def read_varint(b, i):
+    """The varint at b[i:], and the index after it."""
+    n = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        n |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return n, i
+
+
 def user_info(name, room=None):
     body = field(1, 1) + field(2, name) + field(3, "https://example.com/" + name + ".png")
     return body + (field(4, room) if room else b"")

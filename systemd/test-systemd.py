@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 
-from chatpool import ChatPool, field, pid_cpu_seconds, user_info
+from chatpool import ChatPool, field, fields, pid_cpu_seconds, user_info
 
 PID1 = os.environ.get("SANDBOX_PID1")
 UNIT = "roomcastd.service"
@@ -1367,30 +1367,6 @@ def test_handover(t, stage):
 NOTICE = 9
 
 
-def proto_fields(body):
-    """The proto2 fields of `body` as {number: value}: ints for varints, bytes for the rest."""
-    out, i = {}, 0
-
-    def varint():
-        nonlocal i
-        n = shift = 0
-        while True:
-            b = body[i]
-            i += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                return n
-    while i < len(body):
-        key = varint()
-        if key & 7 == 0:
-            out[key >> 3] = varint()
-        else:
-            n = varint()
-            out[key >> 3], i = body[i:i + n], i + n
-    return out
-
-
 def test_positions_restart(t, stage):
     """docs/protocol.md §4: positions survive systemctl restart (the hand-over state): the room keeps its
     epoch, its numbers and its recent lines, and a rejoin "since" is served exactly."""
@@ -1412,7 +1388,7 @@ def test_positions_restart(t, stage):
     while time.monotonic() < deadline and not (notices and notices[-1].get(6) == 10):
         type_, body = v.recv()
         if type_ == NOTICE:
-            notices.append(proto_fields(body))
+            notices.append(fields(body))
     epoch = notices[-1].get(5) if notices else None
     t.check("a viewer asking for positions gets the notice position with seq 10 after 10 lines",
             bool(notices) and notices[-1].get(1) == b"position" and epoch and len(epoch) == 16, repr(notices[-1:]))
@@ -1421,10 +1397,10 @@ def test_positions_restart(t, stage):
     late = Client(State.port)
     late.send(JOIN, user_info("late", "positions") + field(7, epoch or b"") + field(8, 8))
     late.recv()  # its join echo
-    n = proto_fields(late.recv()[1])
+    n = fields(late.recv()[1])
     t.check("after the restart a rejoin since seq 8 gets the notice history (count 7) under the same epoch, seq 15",
             n.get(1) == b"history" and n.get(4) == 7 and n.get(5) == epoch and n.get(6) == 15, repr(n))
-    got = [proto_fields(late.recv()[1]).get(2) for _ in range(7)]
+    got = [fields(late.recv()[1]).get(2) for _ in range(7)]
     t.check("and exactly lines 9-15: the two the restart carried in the history, then the five after it",
             got == [b"before 8", b"before 9"] + [f"after {i}".encode() for i in range(5)], repr(got))
     for c in (s, v, late):

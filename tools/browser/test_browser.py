@@ -49,6 +49,8 @@ import threading
 import time
 
 from fake_systemd import FakeSystemd, ServiceError
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "systemd"))
+from chatpool import field, fields  # noqa: E402 (the proto2 helpers the systemd suite uses)
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
@@ -67,58 +69,12 @@ def fail(message):
 
 # ------------------------------------------------------------ LTB (docs/protocol.md sections 1-3)
 
-def varint(n):
-    n &= (1 << 64) - 1
-    out = b""
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out += bytes([b | 0x80])
-        else:
-            return out + bytes([b])
-
-
-def field(number, value):
-    if isinstance(value, int):
-        return varint(number << 3) + varint(value)
-    return varint(number << 3 | 2) + varint(len(value)) + value
-
-
 def user_info(name, room=ROOM):
     return field(1, 0) + field(2, name.encode()) + field(3, b"") + field(4, room.encode())
 
 
 def frame(kind, body):
     return struct.pack("<IH", len(body), kind) + body
-
-
-def parse_fields(body):
-    """proto2 fields as {number: value} (last wins), enough for UserInfo, ChatMessage, GiftMessage."""
-    out, i = {}, 0
-    while i < len(body):
-        key, i = read_varint(body, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            out[number], i = read_varint(body, i)
-        elif wire == 2:
-            n, i = read_varint(body, i)
-            out[number] = body[i:i + n]
-            i += n
-        else:
-            raise ValueError("wire type %d" % wire)
-    return out
-
-
-def read_varint(b, i):
-    shift = value = 0
-    while True:
-        c = b[i]
-        i += 1
-        value |= (c & 0x7F) << shift
-        shift += 7
-        if not c & 0x80:
-            return value, i
 
 
 class LTBClient:
@@ -155,8 +111,8 @@ class LTBClient:
             except OSError as e:
                 fail("the LTB client, reading texts: %s; it got %r" % (e, got))
             if k == TEXT:
-                f = parse_fields(body)
-                who, said = parse_fields(f.get(1, b"")).get(2, b"").decode(), f.get(2, b"").decode()
+                f = fields(body)
+                who, said = fields(f.get(1, b"")).get(2, b"").decode(), f.get(2, b"").decode()
                 if keep(said):
                     got.setdefault(who, []).append(said)
         return got
@@ -173,11 +129,11 @@ class LTBClient:
             if k not in (JOIN, LEAVE, TEXT, GIFT):
                 seen.append((k, body.hex()))
                 continue
-            f = parse_fields(body)
+            f = fields(body)
             if k in (JOIN, LEAVE):
                 who, said = f.get(2, b"").decode(), None
             else:
-                who, said = parse_fields(f.get(1, b"")).get(2, b"").decode(), f.get(2, b"").decode()
+                who, said = fields(f.get(1, b"")).get(2, b"").decode(), f.get(2, b"").decode()
             seen.append((k, who, said))
             if k == kind and who == name and (text is None or said == text):
                 return
