@@ -159,10 +159,10 @@ public struct UserInfo: Equatable, Sendable {
         writer.writeString(3, iconURL)
         if let room { writer.writeString(4, room) }
         if let token { writer.writeString(5, token) }
-        if let positions { writer.writeTag(6, .varint); writer.writeVarint(positions ? 1 : 0) }
+        if let positions { writer.writeInt64(6, positions ? 1 : 0) }
         if let since {
             writer.writeString(7, since.epoch)
-            writer.writeTag(8, .varint); writer.writeVarint(UInt64(bitPattern: since.seq))
+            writer.writeInt64(8, since.seq)
         }
     }
 
@@ -246,11 +246,11 @@ public struct Notice: Equatable, Sendable {
         var writer = ProtoWriter(capacity: code.utf8.count + (text?.utf8.count ?? 0) + 30)
         writer.writeString(1, code)
         if let text { writer.writeString(2, text) }
-        if let retryAfterMs { writer.writeTag(3, .varint); writer.writeVarint(UInt64(bitPattern: retryAfterMs)) }
-        if let count { writer.writeTag(4, .varint); writer.writeVarint(UInt64(bitPattern: count)) }
+        if let retryAfterMs { writer.writeInt64(3, retryAfterMs) }
+        if let count { writer.writeInt64(4, count) }
         if let position {
             writer.writeString(5, position.epoch)
-            writer.writeTag(6, .varint); writer.writeVarint(UInt64(bitPattern: position.seq))
+            writer.writeInt64(6, position.seq)
         }
         return writer.bytes
     }

@@ -160,6 +160,12 @@ struct ProtoWriter {
         writeVarint(UInt64(bitPattern: Int64(value)))
     }
 
+    /// int64 (and bool, as 0 or 1): the value's two's-complement bits as a varint.
+    mutating func writeInt64(_ field: Int, _ value: Int64) {
+        writeTag(field, .varint)
+        writeVarint(UInt64(bitPattern: value))
+    }
+
     mutating func writeString(_ field: Int, _ value: String) {
         var value = value
         value.withUTF8 { utf8 in
