@@ -232,7 +232,8 @@ extension Server {
     func refuse(_ id: Int, _ code: RejectionCode, _ reason: String, type: UInt16?, now: UInt64) {
         auth.refusals &+= 1
         guard case .rejected(_, let violations, let disconnect, _) = relay.reject(id, reason: reason, code: code) else { return }
-        sendNotice(id, Notice(code: code.rawValue, text: reason, count: Int64(violations)))
+        let notice = Notice(code: code.rawValue, text: reason, count: Int64(violations))
+        sendNotice(id, notice)
         let address = table.address(of: id)
         let max = config.protocol.maxViolations
         if auth.shouldLog(address, nowMs: now) {
@@ -244,9 +245,7 @@ extension Server {
         if disconnect {
             // Closed after the notice is out, so the client hears why (a drain, as after EOF).
             logger.debug("closing \(address): \(violations) bad frames (protocol.max_violations = \(max))", ["CLIENT_ADDR": address])
-            depart(id)
-            heartbeats.untrack(id)
-            startDraining(id, now: now)
+            removeAfterNotice(id, notice, now: now)
         }
     }
 
@@ -258,13 +257,14 @@ extension Server {
     }
 
     /// Ends a connection just sent a notice that removes it (`kicked`,
-    /// `banned`, `token_expired`): its room hears the leave now, an upgraded
+    /// `banned`, `token_expired`, an auth refusal at `max_violations`): its room hears the leave now, an upgraded
     /// WebSocket client also gets the close frame 1008 (policy, docs/protocol.md
     /// §15: a browser would otherwise see 1006 and reconnect at once), then
     /// what it is owed is flushed and the socket closed.
     func removeAfterNotice(_ id: Int, _ notice: Notice, now: UInt64) {
         if table.slots[id]!.webSocket?.isOpen == true {
-            table.fanout.unicast(WebSocketFrameEncoder.close(.policyViolation, reason: notice.code), to: id)
+            closeWebSocket(id, .policyViolation, notice.code)
+            return
         }
         depart(id)
         heartbeats.untrack(id)

@@ -210,6 +210,9 @@ struct AuthIntegrationTests {
         var got: [[UInt8]] = []
         while got.count < 2, let msg = wl.receiveMessage() { got.append(msg.payload) }
         #expect(got.filter { frames.contains($0) }.count == 2, "the moderator's gift and opaque frame, byte for byte")
+        // Refusals count toward max_violations (3) over WebSocket too, and end with the close frame 1008.
+        for _ in 0..<2 { try wl.sendBinary(Wire.text(Wire.user("mod"), "forged")) }
+        #expect(wl.expectCloseCode() == 1008)
     }
 
     @Test("refusals are logged once per client address per minute, all counted in STATUS=")
