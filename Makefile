@@ -163,7 +163,9 @@ deps-deb:
 # The shipped config (its values are the defaults) with the WebSocket listener on, serving
 # the chat page from the repository's web/ (http://127.0.0.1:9897/).
 run: deps
-	$(SWIFT) build -c release
+	@# Only the daemon and the client: the fuzzers, the bench and the soak driver are make test's.
+	$(SWIFT) build -c release --product roomcastd
+	$(SWIFT) build -c release --product roomcast
 	@# The API (docs/api.md) on 127.0.0.1:9899 with a key made once for this checkout.
 	@[ -s .build/run-api.keys ] || { umask 077; head -c 24 /dev/urandom | base64 | tr '+/' '-_' > .build/run-api.keys; }
 	@echo "API: curl -H \"Authorization: Bearer \$$(cat .build/run-api.keys)\" http://127.0.0.1:9899/v1/stats"
