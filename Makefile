@@ -4,7 +4,7 @@
 #   make run          install missing Debian deps, build, run in the foreground on 127.0.0.1:9898
 #   make test         install missing Debian deps, build, run every test (the slow hostile
 #                     suites included), check the unit files, the man pages and the docs
-#   make check-docs   every relative link and anchor of README.md, BENCHMARKS.md and docs/*.md
+#   make check-docs   every relative link and anchor of README.md, BENCHMARKS.md and docs/**/*.md
 #                     resolves (docs/check-links.py), and README.md stays at most 250 lines
 #   make test-asan    the same tests, tests and roomcastd built with AddressSanitizer
 #   make soak         chaos soak: ~2,000 loopback clients for SOAK_SECONDS (default 60)
