@@ -348,7 +348,7 @@ private let identityHelp = """
       -l, --level N            your level (default 0)
       -i, --icon URL           your icon URL (default empty)
           --token TOKEN        signed-join token sent in every join (default:
-                               $ROOMCAST_TOKEN; see docs/protocol/tokens.md section 13)
+                               $ROOMCAST_TOKEN; docs/protocol/tokens.md §13)
     """
 
 func usage(_ command: Subcommand?) -> String {
