@@ -1,4 +1,4 @@
-// The three proto2 bodies of docs/protocol.md §3 (the original clients' IMMessage.proto):
+// The three proto2 bodies of docs/protocol/ltb.md §3 (the original clients' IMMessage.proto):
 //
 //   message UserInfo    { required int32 level = 1; required string name = 2;
 //                         required string iconURL = 3; optional string room = 4;
@@ -84,7 +84,7 @@ public enum ProtoError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// A chat user (docs/protocol.md §3): sent alone as the body of join/leave frames
+/// A chat user (docs/protocol/ltb.md §3): sent alone as the body of join/leave frames
 /// and embedded as `user` in `ChatMessage` and `GiftMessage`.
 public struct UserInfo: Equatable, Sendable {
     /// Field 1, required int32 (negative values are legal and take 10 bytes on the wire).
@@ -97,11 +97,11 @@ public struct UserInfo: Equatable, Sendable {
     /// the default room. Omitted from the encoding when nil.
     public var room: String?
     /// Field 5, optional string: the signed-join token of a join
-    /// (docs/protocol.md §13). The daemon removes it before relaying.
+    /// (docs/protocol/tokens.md §13). The daemon removes it before relaying.
     /// Omitted from the encoding when nil.
     public var token: String?
     /// Field 6, optional bool: a join asking for the notice `position`
-    /// after each pass that carried its room's frames (docs/protocol.md §4,
+    /// after each pass that carried its room's frames (docs/protocol/positions.md §4,
     /// "Positions and resume"). The daemon removes it before relaying.
     public var positions: Bool?
     /// Fields 7 (`since_epoch`, string) and 8 (`since_seq`, int64, absent:
@@ -109,7 +109,7 @@ public struct UserInfo: Equatable, Sendable {
     /// daemon removes both before relaying; nil when field 7 is absent.
     public var since: RoomPosition?
 
-    /// A user; `room` nil means the default room (docs/protocol.md §3).
+    /// A user; `room` nil means the default room (docs/protocol/ltb.md §3).
     public init(level: Int32, name: String, iconURL: String, room: String? = nil, token: String? = nil,
                 positions: Bool? = nil, since: RoomPosition? = nil) {
         self.level = level
@@ -188,7 +188,7 @@ public struct UserInfo: Equatable, Sendable {
     /// `body` (a valid UserInfo) without any of fields 5-8 (`token`,
     /// `positions`, `since_epoch`, `since_seq`: addressed to the daemon
     /// alone), every other byte as it was, in its order: the join the daemon
-    /// relays (docs/protocol.md §3, §4, §13). Nil when `body` has none of
+    /// relays (docs/protocol/ltb.md §3, §4, §13). Nil when `body` has none of
     /// them (relay it as it is) or is not well-formed protobuf.
     public static func removingDaemonFields(_ body: UnsafeRawBufferPointer) -> [UInt8]? {
         var reader = ProtoReader(body)
@@ -216,7 +216,7 @@ public struct UserInfo: Equatable, Sendable {
     }
 }
 
-/// A server notice (docs/protocol.md §13): the body of a frame of type
+/// A server notice (docs/protocol/notices.md §13): the body of a frame of type
 /// `protocol.notice_type` the daemon sends to tell one client why it
 /// refused something. Clients never send it.
 public struct Notice: Equatable, Sendable {
@@ -229,7 +229,7 @@ public struct Notice: Equatable, Sendable {
     /// Field 4, optional int64: how many times this happened (e.g. violations so far).
     public var count: Int64?
     /// Fields 5 (`epoch`, string) and 6 (`seq`, int64): a room's position
-    /// (notices `history`, `history_lost`, `position`; docs/protocol.md §4).
+    /// (notices `history`, `history_lost`, `position`; docs/protocol/positions.md §4).
     /// Decoded only when field 5 is present (field 6 absent: 0).
     public var position: RoomPosition?
 
@@ -291,7 +291,7 @@ public struct Notice: Equatable, Sendable {
     }
 }
 
-/// A text message (docs/protocol.md §2 type 2, §3).
+/// A text message (docs/protocol/ltb.md §2 type 2, §3).
 public struct ChatMessage: Equatable, Sendable {
     /// Field 1, required embedded `UserInfo`.
     public var user: UserInfo
@@ -337,7 +337,7 @@ public struct ChatMessage: Equatable, Sendable {
     }
 }
 
-/// A gift message (docs/protocol.md §2 type 3, §3).
+/// A gift message (docs/protocol/ltb.md §2 type 3, §3).
 public struct GiftMessage: Equatable, Sendable {
     /// Field 1, required embedded `UserInfo`.
     public var user: UserInfo
@@ -397,7 +397,7 @@ public struct GiftMessage: Equatable, Sendable {
     }
 }
 
-/// The message type a frame body should hold (docs/protocol.md §2: join and leave
+/// The message type a frame body should hold (docs/protocol/ltb.md §2: join and leave
 /// carry `userInfo`, text `chatMessage`, gift `giftMessage`).
 public enum BodyKind: Sendable {
     /// Join (type 0) and leave (type 1).
@@ -410,7 +410,7 @@ public enum BodyKind: Sendable {
 
 /// Checks that `body` is a valid message of `kind` exactly as the decoding
 /// initializers would (well-formed, required fields present, strings valid
-/// UTF-8; docs/protocol.md §3) without building it: UTF-8 is validated in place and
+/// UTF-8; docs/protocol/ltb.md §3) without building it: UTF-8 is validated in place and
 /// nothing is allocated on success. The relay calls this on every type 0-3 frame.
 /// - Throws: the `ProtoError` the matching `init(protobuf:)` would throw.
 public func validateBody(_ kind: BodyKind, _ body: UnsafeRawBufferPointer) throws(ProtoError) {

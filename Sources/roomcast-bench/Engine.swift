@@ -815,7 +815,7 @@ final class Engine {
     @inline(__always)
     private func deliver(_ member: Int, _ pub: Int, _ seq: UInt64, _ sentNs: UInt64, now: UInt64) {
         deliveries &+= 1
-        // Per-sender order (docs/protocol.md §4): each member must see each
+        // Per-sender order (docs/protocol/rooms.md §4): each member must see each
         // publisher's sequence numbers 0, 1, 2... with no gap, repeat or swap.
         if pub >= 0 && pub < o.publishers {
             let k = member * o.publishers + pub
