@@ -241,7 +241,7 @@ final class APITestClient {
         defer { unlink(path) }
         func ask(asNobody: Bool) throws -> String {
             let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
-                + "s.sendall(b'GET /v1/stats HTTP/1.1\\r\\nConnection: close\\r\\n\\r\\n')\nd=b''\nwhile True:\n  c=s.recv(65536)\n  if not c: break\n  d+=c\nprint(d.split(b' ')[1].decode())\n"
+                + "s.sendall(b'GET /v1/stats HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n')\nd=b''\nwhile True:\n  c=s.recv(65536)\n  if not c: break\n  d+=c\nprint(d.split(b' ')[1].decode())\n"
             let p = Process()
             p.executableURL = URL(fileURLWithPath: asNobody ? "/usr/bin/setpriv" : "/usr/bin/python3")
             p.arguments = (asNobody ? ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"] : []) + ["-c", script, path]
