@@ -213,6 +213,11 @@ public struct Relay {
     private var freeRooms: [Int] = []
     /// Keyed by the name's bytes: rooms that only look alike are different (§3).
     private var roomIndex: [RoomName: Int] = [:]
+    /// The names of `roomIndex` by their bytes, and every membership as
+    /// `room index << 32 | connection id`: the API's listings page over
+    /// them (OrderedIndex.swift; a join or leave costs O(log n + 512) more).
+    private var roomOrder = OrderedIndex<ByteKey>()
+    private var memberOrder = OrderedIndex<Int>()
     private var sessions: [Session] = []
     /// Rooms whose members that asked for positions are owed the notice
     /// `position` at the end of this pass (`sendPositions`).
@@ -309,6 +314,23 @@ public struct Relay {
     /// The connections in `room` (empty when it does not exist).
     public func members(of room: RoomName) -> [Int] {
         roomIndex[room].map { rooms[$0].members } ?? []
+    }
+
+    /// At most `limit` rooms with members whose names follow `after` by
+    /// their bytes (empty: from the first), and whether more follow
+    /// (docs/api.md's cursor). O(log rooms + limit).
+    public func roomsPage(after: [UInt8], limit: Int) -> (rooms: [RoomName], more: Bool) {
+        let got = roomOrder.page(after: ByteKey(after), inclusive: after.isEmpty, limit: limit)
+        return (got.keys.map { RoomName(bytes: $0.bytes) }, got.more)
+    }
+
+    /// At most `limit` connections of `room` with ids above `after`,
+    /// ascending, and whether more follow. O(log memberships + limit).
+    public func membersPage(of room: RoomName, after: Int, limit: Int) -> (ids: [Int], more: Bool) {
+        guard let r = roomIndex[room], after < 0xFFFF_FFFF else { return ([], false) }
+        let from = r << 32 | max(0, after + 1)
+        let got = memberOrder.page(after: from, inclusive: true, limit: limit, stop: { $0 >> 32 != r })
+        return (got.keys.map { $0 & 0xFFFF_FFFF }, got.more)
     }
 
     /// A frame the server itself publishes into `room` (the backend's API,
@@ -635,11 +657,14 @@ public struct Relay {
             r = free
             rooms[r] = Room(name: name)
             roomIndex[name] = r
+            roomOrder.insert(ByteKey(name.bytes))
         } else {
             r = rooms.count
             rooms.append(Room(name: name))
             roomIndex[name] = r
+            roomOrder.insert(ByteKey(name.bytes))
         }
+        memberOrder.insert(r << 32 | id)
         sessions[id].room = r
         sessions[id].position = rooms[r].members.count
         rooms[r].members.append(id)
@@ -659,11 +684,13 @@ public struct Relay {
             rooms[r].members[pos] = last
             sessions[last].position = pos
         }
+        memberOrder.remove(r << 32 | id)
         sessions[id].room = -1
         sessions[id].position = -1
         if sessions[id].positions { rooms[r].positionMembers -= 1 }
         if rooms[r].members.isEmpty {
             roomIndex[rooms[r].name] = nil
+            roomOrder.remove(ByteKey(rooms[r].name.bytes))
             freeRooms.append(r)
             observer?.roomClosed(rooms[r].name)
         }

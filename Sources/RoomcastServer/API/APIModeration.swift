@@ -125,10 +125,9 @@ extension Server {
         let n = try limit(items)
         let after = items["cursor"] ?? []
         let wall = wallClock()
-        let all = moderation.list(kind, room: room, wallMs: wall).filter { after.isEmpty || after.lexicographicallyPrecedes($0.key.sub) }
-        let page = all.prefix(n)
+        let (page, more) = moderation.page(kind, room: room, after: after, limit: n, wallMs: wall)
         let list = page.map { entryJSON($0, wallMs: wall) }.joined(separator: ", ")
-        let next = all.count > n ? jsonStringLiteral(percentEncoded(page.last!.key.sub)) : "null"
+        let next = more ? jsonStringLiteral(percentEncoded(page.last!.key.sub)) : "null"
         return .json("{\"room\": \(jsonStringLiteral(room.string)), \"\(kind.rawValue)s\": [\(list)], \"next_cursor\": \(next)}")
     }
 

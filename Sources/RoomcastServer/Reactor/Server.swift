@@ -201,6 +201,7 @@ public final class Server {
     /// - Returns: false when the graceful stop is complete.
     /// - Throws: `SystemError` from epoll_wait(2).
     func runOnce(maxWaitMs: UInt64 = maxWaitMs) throws(SystemError) -> Bool {
+        if !api.again.isEmpty { answerAPIAgain() }  // requests read already wake no epoll; one batch a turn each
         let timeout = min(waitTimeout(now: clock()), maxWaitMs)
         cluster?.beforeWait()  // what this turn published or subscribed: one write per Redis connection
         let waitStartUs = Sys.monotonicUsec()
@@ -244,6 +245,7 @@ public final class Server {
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
         if tls.pending.count > 0, let due = tls.pending.nextDeadline() { deadline = min(deadline, due) }
         if !tls.readAgain.isEmpty { deadline = now }
+        if !api.again.isEmpty { deadline = now }
         if let end = stop.gracefulDeadlineMs { deadline = min(deadline, end) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
