@@ -404,30 +404,19 @@ public struct ClusterSequenceTracker {
 /// Each daemon publishes it on the daemons channel; the viewer count of a
 /// room is the sum over daemons (docs/protocol.md §12, docs/api.md).
 public enum ClusterCounts {
-    /// Appends the counts to `out` (emptied first, capacity kept). Rooms
-    /// over 65535 bytes (never: `max_room_bytes` is at most 64 KiB) are skipped.
+    /// Appends the counts to `out` (emptied first, capacity kept), the
+    /// first `maxRooms` rooms at most (ClusterInput.swift: the others
+    /// refuse more). Rooms over 65535 bytes (never: `max_room_bytes` is at
+    /// most 64 KiB) are skipped.
     public static func encode(_ counts: [(room: RoomName, members: Int)], into out: inout [UInt8]) {
         out.removeAll(keepingCapacity: true)
+        var rooms = 0
         for (room, members) in counts where room.bytes.count <= Int(UInt16.max) && members > 0 {
+            rooms += 1
+            if rooms > maxRooms { break }
             withUnsafeBytes(of: UInt16(room.bytes.count).littleEndian) { out.append(contentsOf: $0) }
             out.append(contentsOf: room.bytes)
-            withUnsafeBytes(of: UInt32(clamping: members).littleEndian) { out.append(contentsOf: $0) }
+            withUnsafeBytes(of: UInt32(clamping: min(members, maxMembers)).littleEndian) { out.append(contentsOf: $0) }
         }
-    }
-
-    /// The counts of a payload; nil when it is cut short.
-    public static func decode(_ p: UnsafeRawBufferPointer) -> [RoomName: Int]? {
-        var out: [RoomName: Int] = [:]
-        var i = 0
-        while i < p.count {
-            guard p.count - i >= 2 else { return nil }
-            let length = Int(UInt16(littleEndian: p.loadUnaligned(fromByteOffset: i, as: UInt16.self)))
-            guard p.count - i - 2 >= length + 4 else { return nil }
-            let room = RoomName(bytes: Array(p[(i + 2)..<(i + 2 + length)]))
-            let members = UInt32(littleEndian: p.loadUnaligned(fromByteOffset: i + 2 + length, as: UInt32.self))
-            out[room, default: 0] += Int(members)
-            i += 2 + length + 4
-        }
-        return out
     }
 }
