@@ -120,3 +120,25 @@ struct ClusterInputIntegrationTests {
         #expect(m.daemon.child.process.isRunning)
     }
 }
+
+@Suite("A Redis that keeps refusing (real redis-server)", .serialized)
+struct ClusterRefusingRedisTests {
+    @Test("requirepass the daemon lacks: said once with what Redis said, not per attempt; once when it works again")
+    func refusedOnceThenAccepted() throws {
+        let redis = try RedisServer(arguments: ["--requirepass", "s3cret-pass"])
+        let a = try Daemon(["cluster.redis": redis.address, "cluster.name": "pw"])
+        #expect(a.stderr.wait(forLineWith: ["WARNING", "NOAUTH", "REASON=cluster_refused"], timeout: .seconds(5)), "\(a.stderr.current.suffix(2000))")
+        Thread.sleep(forTimeInterval: 5)
+        let text = a.stderr.current
+        // Before: 13 warnings in 6 s, then one every 2 s per connection.
+        #expect(lines(text, with: ["WARNING"]) == 1, "\(text.split(separator: "\n").filter { $0.contains("WARNING") }.joined(separator: "\n"))")
+        #expect(lines(text, with: ["s3cret-pass"]) == 0, "the password is never logged")
+        _ = redis.cli(["-a", "s3cret-pass", "--no-auth-warning", "CONFIG", "SET", "requirepass", ""])
+        #expect(a.stderr.wait(forLineWith: ["accepts roomcastd again, after", "REASON=cluster_accepted"], timeout: .seconds(10)),
+                "\(a.stderr.current.suffix(2000))")
+        #expect(a.stderr.wait(forLineWith: ["cluster: connected to Redis at"], timeout: .seconds(5)))
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(lines(a.stderr.current, with: ["accepts roomcastd again"]) == 1)
+        #expect(lines(a.stderr.current, with: ["WARNING"]) == 1, "nothing more was said")
+    }
+}
