@@ -466,7 +466,7 @@ def test_watchdog(t):
     eventually(lambda: status_text().startswith("1 client,"), timeout=4)
     # Its join handled (logged at debug, GOOD_RELOAD), and the loop turn that
     # logs it for the crash path over: a join read in the turn the freeze
-    # lands in is lost with it (docs/operations.md: frames read, not yet
+    # lands in is lost with it (docs/operations/restarts.md: frames read, not yet
     # relayed), and the room check below would then fail on a loaded machine.
     eventually(lambda: find(journal(f"CLIENT_ADDR={kept.addr}", "-p", "debug", after=joined_mark), "kept joined watchdog"), timeout=4)
     time.sleep(0.2)
@@ -847,7 +847,7 @@ def test_websocket_socket(t, stage):
 
 
 def websocket_restart(t, wport, w, buf, ltb):
-    """systemctl restart keeps WebSocket clients (docs/protocol.md §15): an
+    """systemctl restart keeps WebSocket clients (docs/protocol/websocket.md §15): an
     independent client (Python's websockets) stays connected, with no close,
     and a message the raw client `w` sends half before and half after the
     restart reaches the LTB client whole."""
@@ -899,7 +899,7 @@ def websocket_restart(t, wport, w, buf, ltb):
 
 
 def websocket_crash(t, wport, w, ltb):
-    """A SIGKILL keeps WebSocket clients too (docs/protocol.md section 15): the
+    """A SIGKILL keeps WebSocket clients too (docs/protocol/websocket.md section 15): the
     raw client `w` (roomcast.json.v1) is in the middle of a fragmented text
     message when the process is killed, an independent client (Python's
     websockets, roomcast.ltb.v1) is idle; after the restart the message's
@@ -1023,7 +1023,7 @@ TLS_SOCKETS = (("roomcastd-test-tls.socket", "tls", "ltb+tls"), ("roomcastd-test
 
 def test_tls_sockets(t, stage):
     """TLS listeners under socket activation: three .socket units of the
-    operator's (docs/operations.md, "TLS") named tls, json-tls and
+    operator's (docs/operations/network.md, "TLS") named tls, json-tls and
     websocket-tls, the certificate and key given with LoadCredential= (root's
     0600 files on disk; the dynamic user reads systemd's copies, 0400, its own):
     each speaks its dialect inside TLS, in the rooms of the plain listener."""
@@ -1368,7 +1368,7 @@ NOTICE = 9
 
 
 def test_positions_restart(t, stage):
-    """docs/protocol.md §4: positions survive systemctl restart (the hand-over state): the room keeps its
+    """docs/protocol/positions.md §4: positions survive systemctl restart (the hand-over state): the room keeps its
     epoch, its numbers and its recent lines, and a rejoin "since" is served exactly."""
     write_config(stage, "[rooms]\nhistory = 50\n")
     run("systemctl", "restart", UNIT)

@@ -4,7 +4,7 @@ import COpenSSL
 import Glibc
 import RoomcastIO
 
-/// A roomcast client connection (docs/protocol.md): connects to the daemon, joins
+/// A roomcast client connection (docs/protocol/): connects to the daemon, joins
 /// a room, sends text, gifts, leaves and opaque frames, decodes what the room
 /// relays, sends heartbeats, and reconnects after a drop (then joins the same
 /// room again).
@@ -137,7 +137,7 @@ public final class RoomcastClient {
         if state == .connected { sendJoin(rejoin: false) }
     }
 
-    /// Leaves the room (docs/protocol.md §4: the connection stays open, receives
+    /// Leaves the room (docs/protocol/rooms.md §4: the connection stays open, receives
     /// nothing and keeps sending heartbeats) and stops rejoining after reconnects.
     /// - Throws: `ClientError.notJoined` without a previous `join`,
     ///   `ClientError.notConnected` when not connected (the wish to be in the room is dropped anyway).
@@ -153,7 +153,7 @@ public final class RoomcastClient {
     /// - Throws: `ClientError.notJoined`, `.notConnected`, or `.bodyTooLarge`.
     public func sendText(_ text: String) throws(ClientError) {
         guard var user else { throw .notJoined }
-        user.token = nil  // a token travels in joins only (docs/protocol.md §13)
+        user.token = nil  // a token travels in joins only (docs/protocol/tokens.md §13)
         try enqueue(type: configuration.types.text, body: ChatMessage(user: user, text: text).serialized())
     }
 

@@ -1,4 +1,4 @@
-/// The crash-path state (docs/operations.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
+/// The crash-path state (docs/operations/restarts.md, "Restarts, upgrades and crashes"): an append-only log of what a crash must
 /// not lose, written into a memfd in systemd's fd store as things happen,
 /// so that the process restarted after a SIGKILL, a watchdog abort or a trap
 /// puts every client back in its room. Its connections' descriptors are in
@@ -56,7 +56,7 @@ public enum LiveLog {
         case torn = 4
         /// It is gone (its descriptor may still be in the box: close it).
         case close = 5
-        /// A WebSocket connection's session now (docs/protocol.md §15):
+        /// A WebSocket connection's session now (docs/protocol/websocket.md §15):
         /// flags u8 (1: upgraded, the 101 answer queued; 2: `/echo`)
         /// | subprotocol length u8 | subprotocol. An `open` of dialect
         /// webSocket starts upgrading, before any such record.
@@ -69,7 +69,7 @@ public enum LiveLog {
         /// state after them (3) | length u32 | payload. Appended per read,
         /// so a message of n fragments costs O(n) log bytes, not O(n²).
         case webSocketFragment = 9
-        /// Its verified claims now (signed joins, docs/protocol.md §13):
+        /// Its verified claims now (signed joins, docs/protocol/tokens.md §13):
         /// length u32 | TokenClaims.json. Numbered apart from the sequence
         /// above, so kinds other changes add there cannot collide with it.
         case auth = 0x41

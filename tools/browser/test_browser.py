@@ -17,7 +17,7 @@ its position notice; a `skipped` notice (inserted by the link) shows inline.
 Against a roomcastd without positions the reconnects reload the recent
 lines instead (said so on stdout), once each all the same.
 
-Then two restarts that must keep everyone (docs/protocol.md section 15,
+Then two restarts that must keep everyone (docs/protocol/websocket.md section 15,
 "Restarts"): each of the three sends before, while no roomcastd process
 runs (the messages wait in the kernel) and after; both tabs show every
 message once, in each sender's order, and never their reconnect state
@@ -67,7 +67,7 @@ def fail(message):
     sys.exit(1)
 
 
-# ------------------------------------------------------------ LTB (docs/protocol.md sections 1-3)
+# ------------------------------------------------------------ LTB (docs/protocol/ltb.md sections 1-3)
 
 def user_info(name, room=ROOM):
     return field(1, 0) + field(2, name.encode()) + field(3, b"") + field(4, room.encode())
@@ -610,7 +610,7 @@ def main():
                          "without an fd store, where the restarts must fail the test")
     ap.add_argument("--crash", action="store_true",
                     help="also SIGKILL the daemon (Restart=on-failure) and require the tabs kept, as roomcastd "
-                         "keeps WebSocket clients across a crash (docs/protocol.md section 15)")
+                         "keeps WebSocket clients across a crash (docs/protocol/websocket.md section 15)")
     args = ap.parse_args()
     start = time.monotonic()
     work = tempfile.mkdtemp(prefix="roomcast-browser-")
@@ -696,7 +696,7 @@ def main():
         positions, races = phone_viewer(driver, link, ltb, tab_a, earlier)
         link.close()
 
-        # Two restarts that keep everyone (docs/protocol.md section 15, "Restarts"):
+        # Two restarts that keep everyone (docs/protocol/websocket.md section 15, "Restarts"):
         # the same WebSockets, no close, no new upgrade, no join again.
         gaps = [kept_restart(service, driver, (tab_a, tab_b), ltb, n) for n in (1, 2)]
         if args.crash:
