@@ -2,7 +2,8 @@
 // docs/cluster.md, "What arrives from Redis"). Whoever may PUBLISH to a
 // cluster's channels or write its hash is not vouched for: a message is
 // taken only when a daemon of ours could have written it, within the
-// bounds the relay and the API enforce on their own input. Pure: no
+// bounds the relay and the API enforce on their own input; the viewer
+// counts' payload, both ways, is here with its bounds. Pure: no
 // sockets, no clock (the caller passes the wall clock where it matters).
 
 /// Why something read from Redis was refused: the `reason` label of
@@ -93,6 +94,34 @@ public enum ClusterFrameCheck {
             break
         }
         return nil
+    }
+}
+
+/// The payload of a `counts` envelope: how many members each room has at
+/// the origin, every room with members there (an empty payload: none).
+/// Repeated, integers little-endian:
+///
+///     size
+///     2    room length R
+///     R    room name (UTF-8 bytes)
+///     4    members
+///
+/// Each daemon publishes it on the daemons channel; the viewer count of a
+/// room is the sum over daemons (docs/protocol/across-daemons.md §12, docs/api.md).
+public enum ClusterCounts {
+    /// Appends the counts to `out` (emptied first, capacity kept), the
+    /// first `maxRooms` rooms at most (the others refuse more, `decode`). Rooms over 65535 bytes (never: `max_room_bytes` is at
+    /// most 64 KiB) are skipped.
+    public static func encode(_ counts: [(room: RoomName, members: Int)], into out: inout [UInt8]) {
+        out.removeAll(keepingCapacity: true)
+        var rooms = 0
+        for (room, members) in counts where room.bytes.count <= Int(UInt16.max) && members > 0 {
+            rooms += 1
+            if rooms > maxRooms { break }
+            withUnsafeBytes(of: UInt16(room.bytes.count).littleEndian) { out.append(contentsOf: $0) }
+            out.append(contentsOf: room.bytes)
+            withUnsafeBytes(of: UInt32(clamping: min(members, maxMembers)).littleEndian) { out.append(contentsOf: $0) }
+        }
     }
 }
 
