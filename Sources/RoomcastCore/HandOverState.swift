@@ -495,10 +495,10 @@ public struct HandOverState: Equatable, Sendable {
                     case nil: break
                     }
                 }
-                guard let field, let text, let record = ModerationRecord(field: field, value: text) else {
-                    throw .damaged("a moderation record that is not a field and its value")
-                }
-                state.moderation.append(record)
+                guard let field, let text else { throw .damaged("a moderation record that is not a field and its value") }
+                // One outside today's bounds (a ban an earlier release took
+                // from Redis for 285,000,000 years) is dropped, not the state.
+                if let record = ModerationRecord(field: field, value: text) { state.moderation.append(record) }
             case .room:
                 state.rooms.append(try decodeRoom(value))
             case .webSocketConnection:

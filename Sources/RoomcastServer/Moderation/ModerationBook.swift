@@ -16,7 +16,7 @@ struct ModerationBook {
     /// Rooms with a setting (slow mode) at most.
     static let maxRoomSettings = 100_000
     /// The longest ban or mute, in s (14 days; docs/api.md).
-    static let maxSeconds = 1_209_600
+    static let maxSeconds = ModerationRecord.maxSeconds
     /// The longest reason, in bytes of UTF-8.
     static let maxReasonBytes = ModerationRecord.maxReasonBytes
     /// Slow mode's interval: 0 (off) or 3 ... 120 s (docs/api.md).
