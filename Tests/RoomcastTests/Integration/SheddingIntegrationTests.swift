@@ -195,7 +195,8 @@ struct SheddingIntegrationTests {
 
     @Test("shed = none, then text after SIGHUP: the reload applies to a connected viewer that read nothing through a burst")
     func reload() throws {
-        let d = try Daemon(Self.settings(shed: "none"))
+        // shed_after = 0: the 600 ms burst sheds at once (the default 1 s would outlast it).
+        let d = try Daemon(Self.settings(shed: "none").merging(["limits.shed_after": "0"]) { $1 })
         let sender = try d.connect()
         let viewer = try d.connect(receiveBuffer: 4096)
         func burstThenRead() throws -> (texts: Int, gifts: Int, skipped: Int) {
@@ -213,7 +214,7 @@ struct SheddingIntegrationTests {
         }
         let before = try burstThenRead()
         #expect(before == (300, 3, 0), "shed = none: every text, none skipped: \(before)")
-        try d.rewriteConfig(Daemon.fullConfig(Self.settings(shed: "text")))
+        try d.rewriteConfig(Daemon.fullConfig(Self.settings(shed: "text").merging(["limits.shed_after": "0"]) { $1 }))
         d.child.kill(SIGHUP)
         #expect(d.stderr.wait(forLineWith: ["configuration reloaded from \(d.configPath)"]))
         let after = try burstThenRead()
@@ -224,7 +225,7 @@ struct SheddingIntegrationTests {
 
     @Test("a JSON viewer that reads nothing while 300 texts and 3 gifts come: then it gets every gift, the texts not shed, and {\"cmd\":\"notice\",\"code\":\"skipped\"} with the rest")
     func jsonViewer() throws {
-        let d = try Daemon(Self.settings(shed: "text").merging(["json.listen": "127.0.0.1:0"]) { $1 })
+        let d = try Daemon(Self.settings(shed: "text").merging(["json.listen": "127.0.0.1:0", "limits.shed_after": "0"]) { $1 })
         let viewer = try JSONTestClient(d, receiveBuffer: 4096)
         try viewer.send(["cmd": "nickname", "nickname": "phone", "room": "live"])
         let sender = try d.connect()
