@@ -74,3 +74,45 @@ import Testing
         #expect(t.fanout.sheddingEnded.map(\.count) == [1], "skipped counts the live text only")
     }
 }
+
+/// The withheld count across a restart (docs/protocol.md §6): the texts shed
+/// before it and after it make one `skipped` notice.
+@Suite("Shedding across a restart (socketpairs, a fake fd store)")
+struct ShedAcrossRestartTests {
+    static func text(_ s: String) -> [UInt8] {
+        FrameCodec.encode(type: 2, body: ChatMessage(user: UserInfo(level: 1, name: "xavier", iconURL: "", room: nil), text: s).serialized(),
+                          byteOrder: .little)
+    }
+
+    @Test("3 texts shed before a restart and 2 after: the slow reader's skipped notice, once caught up, counts 5")
+    func withheldCountCarriesOver() throws {
+        let sections = CrashLogTests.config + "output_soft_bytes = 16K\noutput_soft_seconds = 10s\nshed_after = 0\n"
+        let (a, x, w) = try CrashLogTests.senderAndSlowReader(sections)
+        HandOverTests.send(x.peer, FrameCodec.encode(type: 100, body: [UInt8](repeating: 3, count: 60_000), byteOrder: .little))
+        try a.tick()
+        #expect(a.server.table.fanout.outboxes[w.id].softSinceMs != nil, "W went over output_soft_bytes")
+        for i in 0..<3 {
+            HandOverTests.send(x.peer, Self.text("before \(i)"))
+            try a.tick()
+        }
+        #expect(a.server.table.fanout.shedding[w.id] == 3)
+        let b = try HandOverTests.handOver(a, sections: sections)
+        let wB = CrashLogTests.id(b, w)
+        #expect(b.server.table.fanout.shedding[wB] == 3, "the episode goes on after the restart")
+        for i in 0..<2 {
+            HandOverTests.send(x.peer, Self.text("after \(i)"))
+            try b.tick()
+        }
+        var got: [(UInt16, [UInt8])] = []
+        var bytes: [UInt8] = []
+        for _ in 0..<2_000 where !got.contains(where: { $0.0 == 9 }) {
+            bytes += HandOverTests.drain(w.peer) ?? []
+            try b.tick()
+            got = HandOverTests.frames(bytes)
+        }
+        let notices = got.filter { $0.0 == 9 }.compactMap { try? Notice(protobuf: $0.1) }
+        #expect(notices.map(\.code) == ["skipped"] && notices.first?.count == 5, "\(notices)")
+        #expect(got.filter { $0.0 == 2 }.isEmpty, "no text of X came to W")
+        [x, w].forEach { close($0.peer) }
+    }
+}

@@ -402,6 +402,14 @@ final class Fanout: FrameSink {
         sheddingEnded.append(SheddingEpisode(id: id, address: address(of: id), count: n))
     }
 
+    /// The open shedding episode of `id` as a restart carried it (its
+    /// withheld count, docs/protocol.md §6): it goes on, and ends with its
+    /// `skipped` notice at once if `id` is no longer above `output_soft_bytes`.
+    func restoreShedding(_ id: Int, count: Int) {
+        shedding[id] = count
+        endSheddingIfCaughtUp(id)
+    }
+
     /// Forgets the shedding episode of a connection that goes away (its slot is freed).
     func forgetShedding(_ id: Int) {
         if !shedding.isEmpty { shedding[id] = nil }
