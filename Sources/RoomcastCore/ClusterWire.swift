@@ -1,5 +1,5 @@
 // What the daemons of a cluster say to each other through Redis pub/sub
-// (issue 14; docs/protocol.md §12): the channel names, the envelope around
+// (issue 14; docs/protocol/across-daemons.md §12): the channel names, the envelope around
 // every relayed frame, and the sequence numbers that let a daemon drop late
 // duplicates and count what it never received. Pure: no sockets, no Redis.
 
@@ -58,11 +58,11 @@ public struct ClusterChannels: Sendable {
 ///                 versions its origin reads, one byte each (empty: 1 only)
 ///
 /// Version 2 is version 1 with the sender's verified `sub` (signed joins,
-/// docs/protocol.md §13) after the address: 2 bytes of sub length S at
+/// docs/protocol/tokens.md §13) after the address: 2 bytes of sub length S at
 /// offset 29 (so the room starts at 31), then room, address, the S bytes
 /// of the sub (S = 0: no verified sub) and the frame. A version 1 decoder
 /// refuses it, so a daemon sends it only while every daemon it hears
-/// advertises version 2 in its heartbeat (docs/protocol.md §12).
+/// advertises version 2 in its heartbeat (docs/protocol/across-daemons.md §12).
 public struct ClusterEnvelope: Equatable, Sendable {
     /// The form every daemon reads (and the one heartbeats, byes, counts
     /// and hand-overs always use).
@@ -93,7 +93,7 @@ public struct ClusterEnvelope: Equatable, Sendable {
         case counts = 4
         /// The origin handed its clients over (a restart, or a stop under
         /// systemd): it is back within `seq` ms under the same origin, or
-        /// gone (docs/protocol.md §12, "Leaves").
+        /// gone (docs/protocol/across-daemons.md §12, "Leaves").
         case handingOver = 5
 
         /// The kind of a frame in `byteOrder`.
@@ -402,7 +402,7 @@ public struct ClusterSequenceTracker {
 ///     4    members
 ///
 /// Each daemon publishes it on the daemons channel; the viewer count of a
-/// room is the sum over daemons (docs/protocol.md §12, docs/api.md).
+/// room is the sum over daemons (docs/protocol/across-daemons.md §12, docs/api.md).
 public enum ClusterCounts {
     /// Appends the counts to `out` (emptied first, capacity kept). Rooms
     /// over 65535 bytes (never: `max_room_bytes` is at most 64 KiB) are skipped.

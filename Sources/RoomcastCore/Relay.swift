@@ -37,16 +37,16 @@ public protocol RelayObserver: AnyObject {
     func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int)
 }
 
-/// The relay rules that can change on reload (docs/protocol.md §2-§4).
+/// The relay rules that can change on reload (docs/protocol/ §2-§4).
 public struct RelaySettings: Equatable, Sendable {
     public var byteOrder: ByteOrder
     public var joinType: UInt16
     public var leaveType: UInt16
     public var heartbeatType: UInt16
-    /// Text (2) and gift (3) are fixed (docs/protocol.md §2).
+    /// Text (2) and gift (3) are fixed (docs/protocol/ltb.md §2).
     public var textType: UInt16 = 2
     public var giftType: UInt16 = 3
-    /// Send frames back to their sender too (docs/protocol.md §4).
+    /// Send frames back to their sender too (docs/protocol/rooms.md §4).
     public var echo: Bool
     /// Check join/leave/text/gift bodies against the proto2 schema (§3).
     public var validate: Bool
@@ -58,7 +58,7 @@ public struct RelaySettings: Equatable, Sendable {
     /// max_room_bytes`); a longer one is a violation and the join is refused.
     public var maxRoomBytes: Int
     /// The type of server notices (`[protocol] notice_type`,
-    /// docs/protocol.md §13): a client sending one is refused.
+    /// docs/protocol/tokens.md §13): a client sending one is refused.
     public var noticeType: UInt16
     /// Whether a new connection is a member of the default room at once
     /// (§4). False when `[auth] required = yes` and `anonymous = none`: a
@@ -115,7 +115,7 @@ public enum RejectionCode: String, Sendable {
     case rateLimit = "rate_limit"
     /// A JSON command whose frame would be over a `max_frame_bytes` (the server's check).
     case frameTooLarge = "frame_too_large"
-    /// Signed joins (docs/protocol.md §13): a join without a token where one
+    /// Signed joins (docs/protocol/tokens.md §13): a join without a token where one
     /// is required, or a send by an anonymous reader.
     case tokenRequired = "token_required"
     /// A token that is malformed, badly signed, of the wrong algorithm or key.
@@ -162,7 +162,7 @@ public enum RelayEvent: Equatable, Sendable {
 }
 
 /// Rooms, memberships and the per-connection session state (identity from
-/// join, violation count) — the relay policy of docs/protocol.md §2-§4, with no
+/// join, violation count) — the relay policy of docs/protocol/ §2-§4, with no
 /// syscalls. Connection ids are small dense integers (slot indices) chosen
 /// by the caller; every operation is O(1) except broadcasts, which are
 /// O(room members).
@@ -254,13 +254,13 @@ public struct Relay {
     }
 
     /// Where `room`'s stream stands (nil: no such room): its epoch and the
-    /// number of its last text or gift frame (docs/protocol.md §4).
+    /// number of its last text or gift frame (docs/protocol/positions.md §4).
     public func position(of room: RoomName) -> RoomPosition? {
         roomIndex[room].map { rooms[$0].position }
     }
 
     /// Every room with members: its position and its recent frames with
-    /// their numbers (the hand-over state, docs/operations.md), in no fixed order.
+    /// their numbers (the hand-over state, docs/operations/restarts.md), in no fixed order.
     public var streams: [RoomStream] {
         roomIndex.map { RoomStream(room: $0.key, position: rooms[$0.value].position, history: rooms[$0.value].history.numbered) }
     }
@@ -284,7 +284,7 @@ public struct Relay {
     /// cheap check the loop makes once per pass).
     public var positionsDue: Bool { !dueRooms.isEmpty }
 
-    /// The end of a loop pass (docs/protocol.md §4): in every room that was
+    /// The end of a loop pass (docs/protocol/positions.md §4): in every room that was
     /// relayed text or gift frames in it, the members that asked for
     /// positions get the notice `position` with the room's epoch and seq,
     /// encoded once per room, after those frames.
@@ -483,7 +483,7 @@ public struct Relay {
     }
 
     /// Counts a bad frame that the caller rejected itself (e.g. a malformed
-    /// JSON body, docs/protocol.md §7), exactly like a bad proto2 body.
+    /// JSON body, docs/protocol/json.md §7), exactly like a bad proto2 body.
     public mutating func reject(_ id: Int, reason: String, code: RejectionCode = .badFrame) -> RelayEvent {
         violation(id, reason, code)
     }

@@ -47,7 +47,7 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     defer { client = nil }
     client = RoomcastClient(loop: loop, configuration: configuration, onEvent: { event in
         if !echoed, failure == nil, case .notice(let notice) = event {
-            failure = "refused: " + describe(notice)  // the daemon says why (docs/protocol.md §13)
+            failure = "refused: " + describe(notice)  // the daemon says why (docs/protocol/notices.md §13)
             client.close()
             return
         }

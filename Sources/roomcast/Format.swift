@@ -81,7 +81,7 @@ private func json(_ user: UserInfo) -> String {
 
 /// One JSON object (one line) for an event. `room` is the listener's room
 /// (`--room`), null for the daemon's default room. Field names follow the
-/// proto2 schema (docs/protocol.md §3); opaque bodies are base64.
+/// proto2 schema (docs/protocol/ltb.md §3); opaque bodies are base64.
 func jsonLine(_ event: ClientEvent, room: String?) -> String {
     let head = "\"room\":" + (room.map(jsonString) ?? "null")
     switch event {

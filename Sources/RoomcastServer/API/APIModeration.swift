@@ -25,7 +25,7 @@ extension Server {
         }
         let kind: ModerationKind = s[3] == "bans" ? .ban : .mute
         guard auth.keys != nil else {
-            throw APIError(409, "auth_off", "\(kind.rawValue)s name a sub of a signed join: set [auth] key_file (docs/protocol.md §13)")
+            throw APIError(409, "auth_off", "\(kind.rawValue)s name a sub of a signed join: set [auth] key_file (docs/protocol/tokens.md §13)")
         }
         switch s.count {
         case 4:

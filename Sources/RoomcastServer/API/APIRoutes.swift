@@ -138,7 +138,7 @@ extension Server {
     /// daemon tracks (their joins reached it: rooms with members here), by
     /// daemon and address, `limit` after `after` (`DAEMON/ADDR`, the last
     /// of the previous page): `{"daemon", "name", "sub", "addr"}` each,
-    /// `sub` the one their daemon sent in the envelope (docs/protocol.md
+    /// `sub` the one their daemon sent in the envelope (docs/protocol/across-daemons.md
     /// §12; `null`: none, or a daemon that sends only version 1).
     private func remoteMembersJSON(_ room: RoomName, limit n: Int, after: [UInt8]) -> (list: String, next: String) {
         guard let cluster else { return ("", "null") }

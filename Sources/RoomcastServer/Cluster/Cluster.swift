@@ -4,7 +4,7 @@ import RoomcastCore
 import RoomcastIO
 
 // Cluster.swift owns rooms that span daemons (docs/cluster.md;
-// docs/protocol.md §12): the link to Redis pub/sub with
+// docs/protocol/across-daemons.md §12): the link to Redis pub/sub with
 // its two connections, what it publishes (every frame the relay relays,
 // through `RelayObserver`), what it subscribes to (the rooms with members
 // here), what it delivers (other daemons' frames, through
@@ -140,7 +140,7 @@ final class ClusterLink: RelayObserver {
     /// The link has been up for `cluster.timeout` since it last came up.
     private(set) var settledForSub = false
     /// Frames go out in envelope version 2, with their sender's sub: only
-    /// while every daemon heard reads it (docs/protocol.md §12).
+    /// while every daemon heard reads it (docs/protocol/across-daemons.md §12).
     var sendsSub: Bool { settledForSub && remote.legacyReaders == 0 }
     /// The form last said in the log (`noteEnvelopeForm`).
     private var saidSendsSub = false

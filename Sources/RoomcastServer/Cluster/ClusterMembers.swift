@@ -2,7 +2,7 @@ import RoomcastCore
 
 // ClusterMembers.swift: the other daemons of the cluster as this daemon
 // knows them, so that their users do not stay in rooms here as ghosts when
-// a daemon goes away (docs/protocol.md §12, "Leaves"). Each daemon
+// a daemon goes away (docs/protocol/across-daemons.md §12, "Leaves"). Each daemon
 // publishes its heartbeat on the cluster-wide channel
 // `roomcast:NAME:daemons` every quarter of `cluster.timeout`, a "bye"
 // there when it stops outside systemd, and "handing over, back within G"
@@ -23,9 +23,9 @@ struct RemoteDaemons {
 
     struct Member {
         var room: RoomName
-        /// The UserInfo body of its last join (docs/protocol.md §4).
+        /// The UserInfo body of its last join (docs/protocol/rooms.md §4).
         var identity: [UInt8]
-        /// The verified sub its daemon sent with that join (docs/protocol.md
+        /// The verified sub its daemon sent with that join (docs/protocol/across-daemons.md
         /// §12, envelope version 2); nil: none, or its daemon sent version 1.
         var sub: String? = nil
     }
@@ -260,7 +260,7 @@ extension ClusterLink {
     /// is announced again with its join, so that the other daemons keep it
     /// (`departed` skips members another origin announced) rather than
     /// sending its leave. Their members see the join twice, with no leave
-    /// between (docs/protocol.md §12). Also after a hand-over whose next
+    /// between (docs/protocol/across-daemons.md §12). Also after a hand-over whose next
     /// process came back later than it announced (the others sent leaves).
     /// Call once the publisher is ready; `after` names the cause in the log.
     func announceRestoredMembers(after cause: String) {

@@ -130,7 +130,7 @@ extension ClusterLink {
     /// leave or a heartbeat from a sub muted or banned there (its own
     /// daemon refuses these too, but may not have heard of the mute yet).
     /// A frame in envelope version 1 has no sub and is never held back
-    /// (docs/protocol.md §12).
+    /// (docs/protocol/across-daemons.md §12).
     func moderatedRemote(_ frame: UnsafeRawBufferPointer, order: ByteOrder, from origin: UInt64, sub: UnsafeRawBufferPointer,
                          room: RoomName) -> Bool {
         guard case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max) else { return false }
@@ -185,7 +185,7 @@ extension Server {
     }
 
     /// A frame another daemon relayed to `room`, for the members here
-    /// (docs/protocol.md §12): the same fan-out as local frames, with no
+    /// (docs/protocol/across-daemons.md §12): the same fan-out as local frames, with no
     /// local sender; JSON members see `address` as its `addr`.
     @discardableResult
     func deliverFromCluster(_ frame: UnsafeRawBufferPointer, room: RoomName, address: String) -> Int {

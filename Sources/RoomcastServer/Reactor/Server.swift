@@ -76,7 +76,7 @@ public final class Server {
     /// While the relay handles a signed join: the joining connection and
     /// the sub of the token it just proved, which the connection holds
     /// only once the relay has joined it (`commitSession`). The cluster
-    /// publishes that join with this sub (docs/protocol.md §12).
+    /// publishes that join with this sub (docs/protocol/across-daemons.md §12).
     var joining: (id: Int, sub: String)?
     var heartbeats: Heartbeats
     var status = StatusReporter()
@@ -224,7 +224,7 @@ public final class Server {
         if !tls.readAgain.isEmpty { readTLSAgain() }  // bytes inside OpenSSL wake no epoll
         let now = clock()
         runTimers(now: now)
-        if relay.positionsDue { relay.sendPositions(sink: table.fanout) }  // after this pass's frames (docs/protocol.md §4)
+        if relay.positionsDue { relay.sendPositions(sink: table.fanout) }  // after this pass's frames (docs/protocol/positions.md §4)
         reapAndFlush(now: now)
         systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
         logger.flushPending()  // log output journald or stderr did not take (never blocks)

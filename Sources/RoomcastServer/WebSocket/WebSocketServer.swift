@@ -1,7 +1,7 @@
 import RoomcastCore
 
 // WebSocketServer.swift owns the WebSocket dialect on the reactor
-// (docs/protocol.md §15, RFC 6455): the HTTP upgrade of a new connection,
+// (docs/protocol/websocket.md §15, RFC 6455): the HTTP upgrade of a new connection,
 // then its frames: messages into the JSON bridge or the relay, pings and
 // pongs, close frames, and the close codes of a broken stream. What the
 // relay sends out is framed once per broadcast by the fan-out
@@ -158,7 +158,7 @@ extension Server {
         heartbeats.webSocketUpgraded(id, nowMs: now)
         if !echo {
             table.fanout.outboxes[id].webSocketForm = spoken
-            relay.connect(id)  // the default room (docs/protocol.md §4), as for the other dialects
+            relay.connect(id)  // the default room (docs/protocol/rooms.md §4), as for the other dialects
         }
         logger.debug("WebSocket upgrade to \(path) (\(spoken.rawValue))",
                      ["CLIENT_ADDR": table.address(of: id), "PROTOCOL": spoken.rawValue])
@@ -199,7 +199,7 @@ extension Server {
     }
 
     /// A binary message of `roomcast.ltb.v1`: exactly one LTB frame, relayed
-    /// as an LTB client's (docs/protocol.md §15); anything else is a violation.
+    /// as an LTB client's (docs/protocol/websocket.md §15); anything else is a violation.
     private func ltbMessage(_ id: Int, _ message: UnsafeRawBufferPointer, now: UInt64) {
         let limit = config.protocol.maxFrameBytes
         switch FrameCodec.parse(message, byteOrder: config.protocol.byteOrder, maxFrameBytes: limit) {
@@ -214,7 +214,7 @@ extension Server {
         }
     }
 
-    /// A plain GET of one of the page's files (docs/protocol.md §15, "The
+    /// A plain GET of one of the page's files (docs/protocol/websocket.md §15, "The
     /// page"): the 200 answer with the file, then the connection is closed
     /// once it is written (one request per connection).
     private func servePage(_ id: Int, _ request: HTTPRequest, now: UInt64) {
