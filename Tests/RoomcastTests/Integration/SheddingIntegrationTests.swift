@@ -48,7 +48,11 @@ struct SheddingIntegrationTests {
     /// limit within about 2 s; the soft clock has 4 s.
     static func settings(shed: String) -> [String: String] {
         ["protocol.echo": "no", "limits.output_soft_bytes": "32K", "limits.output_hard_bytes": "384K",
-         "limits.output_soft_seconds": "4s", "limits.shed": shed]
+         "limits.output_soft_seconds": "4s", "limits.shed": shed,
+         // What piles up before shedding starts (200 KiB/s for shed_after) must
+         // drain at 20 KiB/s within output_soft_seconds: the default 1 s leaves
+         // ~200 KiB, 10 s of reading, and the 4 s soft clock cuts the viewer.
+         "limits.shed_after": "200ms"]
     }
 
     static let user = Wire.user("streamer")
