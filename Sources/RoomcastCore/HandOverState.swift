@@ -190,6 +190,10 @@ public struct HandOverState: Equatable, Sendable {
         /// Its last join asked for the notice `position` (UserInfo field 6,
         /// docs/protocol/positions.md §4), which the relayed `identity` no longer carries.
         public var positions = false
+        /// Texts withheld from it in its open shedding episode
+        /// (docs/protocol.md §6, "Shedding"): the notice `skipped` it gets
+        /// once caught up counts them too. 0: none; absent before it was added.
+        public var textsShed: UInt32 = 0
 
         public init(key: UInt64) { self.key = key }
     }
@@ -256,6 +260,8 @@ public struct HandOverState: Equatable, Sendable {
         case authClaims = 0x4101
         /// Positions (docs/protocol/positions.md §4): far from the others for the same reason.
         case positions = 0x5001
+        /// Texts shed in the open episode: far from the others for the same reason.
+        case textsShed = 0x5E01
         /// A WebSocket connection's state (nested records, `WebSocketTag`).
         case webSocket = 0x5701
 
@@ -360,6 +366,7 @@ public struct HandOverState: Equatable, Sendable {
                 if let claims = c.authClaims { w.bytes(FieldTag.authClaims.rawValue, claims.json) }
                 if let ws = c.webSocket { w.nested(FieldTag.webSocket.rawValue) { w in Self.encode(ws, &w) } }
                 if c.positions { w.u8(FieldTag.positions.rawValue, 1) }
+                if c.textsShed > 0 { w.u32(FieldTag.textsShed.rawValue, c.textsShed) }
             }
         }
         if let cluster {
@@ -614,6 +621,7 @@ public struct HandOverState: Equatable, Sendable {
                 do { r.authClaims = try TokenClaims(json: Array(v)) } catch { throw .damaged("verified claims: \(error)") }
             case .webSocket: r.webSocket = try decodeWebSocket(v)
             case .positions: r.positions = try Reader.u8(v, "positions") != 0
+            case .textsShed: r.textsShed = try Reader.u32(v, "texts shed")
             case nil: break
             }
         }

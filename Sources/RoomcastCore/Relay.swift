@@ -9,6 +9,18 @@ public protocol FrameSink: AnyObject {
     /// work (e.g. a translation) once. `frame` is only valid during the call.
     /// - Returns: how many connections the frame was queued for.
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int
+    /// Queues one whole frame for `member` alone as a replay (a room's
+    /// recent lines on join, missed lines on resume, docs/protocol.md §4):
+    /// a sink that sheds slow readers' texts must not shed these (§6).
+    /// - Returns: how many connections it was queued for (0 or 1).
+    func replay(_ frame: UnsafeRawBufferPointer, to member: Int) -> Int
+}
+
+extension FrameSink {
+    /// A sink that sheds nothing replays as it broadcasts.
+    public func replay(_ frame: UnsafeRawBufferPointer, to member: Int) -> Int {
+        broadcast(frame, from: -1, to: [member], except: -1)
+    }
 }
 
 /// Told what the relay does to rooms, for rooms that span daemons (the cluster
@@ -618,7 +630,7 @@ public struct Relay {
     private func replayHistory(to id: Int, room r: Int, since: RoomPosition?, sink: some FrameSink) {
         guard rooms.indices.contains(r) else { return }
         let room = rooms[r]
-        func send(_ frame: [UInt8]) { _ = frame.withUnsafeBytes { sink.broadcast($0, from: -1, to: [id], except: -1) } }
+        func send(_ frame: [UInt8]) { _ = frame.withUnsafeBytes { sink.replay($0, to: id) } }
         var held: ArraySlice<[UInt8]>? = settings.historyFrames > 0 ? room.history.all : nil
         if let since {
             if sameBytes(since.epoch, room.position.epoch), let after = room.history.frames(after: since.seq, last: room.position.seq) {

@@ -185,7 +185,7 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         #expect(order == Config.sectionOrder)
         #expect(order == ["server", "protocol", "heartbeat", "limits", "json", "websocket", "log", "cluster", "auth", "api", "tls", "rooms"])
         #expect(found == Config.knownKeys)
-        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 72)
+        #expect(Config.knownKeys.values.map(\.count).reduce(0, +) == 73)
     }
 
     /// The operator's documentation names every key: the table of
@@ -397,6 +397,10 @@ private func tempFile(_ bytes: [UInt8]) -> String {
         ("[server]\ndefault_room =", 2, "server.default_room: must not be empty"),
         ("[protocol]\nbyte_order = network", 2, "'network' is not one of little, big"),
         ("[limits]\nshed = gifts", 2, "limits.shed: 'gifts' is not one of text, none"),
+        ("[limits]\nshed_after = 25h", 2, "limits.shed_after: '25h' is out of range (0 .. 24h)"),
+        ("[limits]\nshed_after = soon", 2, "limits.shed_after: 'soon' is not a duration"),
+        ("[limits]\noutput_soft_seconds = 2s\nshed_after = 3s", 3,
+         "limits.shed_after (3s) must not exceed limits.output_soft_seconds (2s)"),
         ("[protocol]\nmax_frame_bytes = 0", 2, "out of range (1 .. 1G)"),
         ("[protocol]\nmax_frame_bytes = 2G", 2, "out of range"),
         ("[protocol]\nmax_frame_bytes = 64KB", 2, "is not a size"),

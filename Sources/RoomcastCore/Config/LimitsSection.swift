@@ -41,6 +41,18 @@ extension Config {
         /// `shed`: `text` (default) or `none`, see `Shed`. Applies on SIGHUP
         /// to connected clients.
         public var shed: Shed = .text
+        /// `shed_after`: how long a connection's backlog must have stayed
+        /// above `output_soft_bytes` before its texts are shed, in ms
+        /// (docs/protocol.md §6, "Shedding"): a reader that keeps up but
+        /// crosses the soft size for a moment in a burst loses nothing.
+        /// 0 ... `output_soft_seconds` when set (a larger value is refused),
+        /// default 1s; 0 sheds at once. Applies on SIGHUP to connected
+        /// clients. Read `effectiveShedAfterMs`.
+        public var shedAfterMs: UInt64 = 1_000
+        /// `shed_after` as it applies, in ms: never past `output_soft_seconds`
+        /// (the default 1 s in a file that predates the key and sets a shorter
+        /// `output_soft_seconds` is that, so such a file stays valid).
+        public var effectiveShedAfterMs: UInt64 { min(shedAfterMs, outputSoftMs) }
     }
 }
 
@@ -69,6 +81,9 @@ extension SectionSpec {
             c.limits.bytesBurst = try size(v, 0...(1 << 40))
         },
         KeySpec(name: "shed") { c, v throws(ValueError) in c.limits.shed = try choice(v) },
+        KeySpec(name: "shed_after") { c, v throws(ValueError) in
+            c.limits.shedAfterMs = try duration(v, 0...oneDayMs)
+        },
     ])
 }
 
@@ -81,6 +96,12 @@ extension Config {
             throw rule.fail(["limits.output_soft_bytes", "limits.output_hard_bytes"],
                             "limits.output_soft_bytes (\(formatSize(limits.outputSoftBytes))) must not exceed "
                             + "limits.output_hard_bytes (\(formatSize(limits.outputHardBytes)))")
+        }
+        if case let after = limits.shedAfterMs, after > limits.outputSoftMs, rule.lines["limits.shed_after"] != nil {
+            throw rule.fail(["limits.shed_after", "limits.output_soft_seconds"],
+                            "limits.shed_after (\(formatDuration(ms: after))) must not exceed "
+                            + "limits.output_soft_seconds (\(formatDuration(ms: limits.outputSoftMs))): "
+                            + "a slow consumer is cut at output_soft_seconds")
         }
         if limits.outputHardBytes < p.maxFrameBytes + 6 {
             throw rule.fail(["limits.output_hard_bytes", "protocol.max_frame_bytes"],

@@ -66,6 +66,7 @@ extension Server {
         r.draining = table.state(id) == .draining
         r.authClaims = c.auth?.claims
         r.positions = relay.wantsPositions(id)
+        r.textsShed = UInt32(clamping: table.fanout.shedding[id] ?? 0)
         if let session = c.webSocket {
             var ws = HandOverState.WebSocket()
             ws.upgraded = session.isOpen

@@ -175,6 +175,7 @@ extension Server {
             watch.overSoft.append(id)
             table.fanout.someoneSlow = true
         }
+        if r.textsShed > 0 { table.fanout.restoreShedding(id, count: Int(r.textsShed)) }
         if r.draining {
             // It had sent EOF and left its room: only its owed output remains.
             relay.forget(id)

@@ -185,6 +185,16 @@ final class Fanout: FrameSink {
     /// `output_soft_bytes` (its `softSinceMs` is set, by `write` after its
     /// last send). Read once per broadcast.
     var shedsText = true
+    /// `limits.shed_after`, in ms: a connection's texts are shed only once
+    /// its soft clock (`softSinceMs`) has run this long (0: at once).
+    var shedAfterMs: UInt64 = 0
+    /// The loop's clock, in ms (the server's), read only by a text
+    /// broadcast while someone is slow: whether a soft clock ran `shedAfterMs`.
+    var clock: () -> UInt64 = { 0 }
+    /// Set around a `replay` (recent lines on join, missed lines on resume):
+    /// a replay is never shed (docs/protocol.md §6), it counts toward the
+    /// hard limit as any output.
+    private var replaying = false
     /// Whether some connection may be above `output_soft_bytes`: the server
     /// sets it when one joins `OutputWatch.overSoft` and clears it when that
     /// list empties (every connection whose soft clock runs is in it). A text
@@ -253,7 +263,7 @@ final class Fanout: FrameSink {
         var count = 0
         // Shedding (docs/protocol/rooms.md §6): the type is read once per broadcast;
         // only a text broadcast pays a comparison per recipient.
-        let sheds = shedsText && someoneSlow && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
+        let sheds = shedsText && someoneSlow && !replaying && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
         var shed: [Int] = []
         outboxes.withUnsafeMutableBufferPointer { boxes in
             func put(_ range: Range<Int>, _ form: BatchForm, _ m: Int) {
@@ -300,8 +310,12 @@ final class Fanout: FrameSink {
             // per delivery in `make bench-profile`: 88 -> 90).
             var targets = members
             if sheds {
-                for m in members where m != except && m != sender && boxes[m].softSinceMs != nil && boxes[m].takesFrames { shed.append(m) }
-                if !shed.isEmpty { targets = members.filter { $0 == sender || boxes[$0].softSinceMs == nil } }
+                // Shed only a reader whose soft clock ran `shed_after`: a
+                // burst that crosses the soft size for a moment sheds nothing.
+                let now = self.clock(), after = self.shedAfterMs
+                func overLong(_ m: Int) -> Bool { boxes[m].softSinceMs.map { after == 0 || now >= $0 && now - $0 >= after } ?? false }
+                for m in members where m != except && m != sender && overLong(m) && boxes[m].takesFrames { shed.append(m) }
+                if !shed.isEmpty { targets = members.filter { $0 == sender || !overLong($0) } }
             }
             for m in targets where m != except && boxes[m].takesFrames {
                 if boxes[m].json {
@@ -349,6 +363,15 @@ final class Fanout: FrameSink {
         return count
     }
 
+    /// A replay to `member` alone (its room's recent lines on join, its
+    /// missed lines on resume, and their notices): never shed, counted
+    /// toward the hard limit as any output (docs/protocol.md §6).
+    func replay(_ frame: UnsafeRawBufferPointer, to member: Int) -> Int {
+        replaying = true
+        defer { replaying = false }
+        return broadcast(frame, from: -1, to: [member], except: -1)
+    }
+
     /// The type of an LTB frame (at least a header long) in the relay's byte order.
     @inline(__always)
     private func frameType(_ frame: UnsafeRawBufferPointer) -> UInt16 {
@@ -377,6 +400,14 @@ final class Fanout: FrameSink {
     func endSheddingIfCaughtUp(_ id: Int) {
         guard !shedding.isEmpty, outboxes[id].softSinceMs == nil, let n = shedding.removeValue(forKey: id) else { return }
         sheddingEnded.append(SheddingEpisode(id: id, address: address(of: id), count: n))
+    }
+
+    /// The open shedding episode of `id` as a restart carried it (its
+    /// withheld count, docs/protocol.md §6): it goes on, and ends with its
+    /// `skipped` notice at once if `id` is no longer above `output_soft_bytes`.
+    func restoreShedding(_ id: Int, count: Int) {
+        shedding[id] = count
+        endSheddingIfCaughtUp(id)
     }
 
     /// Forgets the shedding episode of a connection that goes away (its slot is freed).

@@ -96,6 +96,7 @@ extension Server {
         table.fanout.outputHardBytes = config.limits.outputHardBytes
         table.fanout.jsonMaxFrameBytes = config.json.maxFrameBytes
         table.fanout.shedsText = config.limits.shed == .text
+        table.fanout.shedAfterMs = config.limits.effectiveShedAfterMs
         table.countPerIP = config.server.maxClientsPerIP > 0
         heartbeats.reconfigure(config, nowMs: now)
         cluster?.reconfigure(config.cluster)

@@ -148,6 +148,8 @@ public final class Server {
         let fanout = Fanout(outputHardBytes: config.limits.outputHardBytes, relaySettings: settings)
         fanout.jsonMaxFrameBytes = config.json.maxFrameBytes
         fanout.shedsText = config.limits.shed == .text
+        fanout.shedAfterMs = config.limits.effectiveShedAfterMs
+        fanout.clock = clock
         self.table = ConnectionTable(fanout: fanout)
         self.table.countPerIP = config.server.maxClientsPerIP > 0
         self.relay = Relay(settings: settings)

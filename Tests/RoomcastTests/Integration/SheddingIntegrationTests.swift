@@ -48,7 +48,11 @@ struct SheddingIntegrationTests {
     /// limit within about 2 s; the soft clock has 4 s.
     static func settings(shed: String) -> [String: String] {
         ["protocol.echo": "no", "limits.output_soft_bytes": "32K", "limits.output_hard_bytes": "384K",
-         "limits.output_soft_seconds": "4s", "limits.shed": shed]
+         "limits.output_soft_seconds": "4s", "limits.shed": shed,
+         // What piles up before shedding starts (200 KiB/s for shed_after) must
+         // drain at 20 KiB/s within output_soft_seconds: the default 1 s leaves
+         // ~200 KiB, 10 s of reading, and the 4 s soft clock cuts the viewer.
+         "limits.shed_after": "200ms"]
     }
 
     static let user = Wire.user("streamer")
@@ -195,7 +199,8 @@ struct SheddingIntegrationTests {
 
     @Test("shed = none, then text after SIGHUP: the reload applies to a connected viewer that read nothing through a burst")
     func reload() throws {
-        let d = try Daemon(Self.settings(shed: "none"))
+        // shed_after = 0: the 600 ms burst sheds at once (the default 1 s would outlast it).
+        let d = try Daemon(Self.settings(shed: "none").merging(["limits.shed_after": "0"]) { $1 })
         let sender = try d.connect()
         let viewer = try d.connect(receiveBuffer: 4096)
         func burstThenRead() throws -> (texts: Int, gifts: Int, skipped: Int) {
@@ -213,7 +218,7 @@ struct SheddingIntegrationTests {
         }
         let before = try burstThenRead()
         #expect(before == (300, 3, 0), "shed = none: every text, none skipped: \(before)")
-        try d.rewriteConfig(Daemon.fullConfig(Self.settings(shed: "text")))
+        try d.rewriteConfig(Daemon.fullConfig(Self.settings(shed: "text").merging(["limits.shed_after": "0"]) { $1 }))
         d.child.kill(SIGHUP)
         #expect(d.stderr.wait(forLineWith: ["configuration reloaded from \(d.configPath)"]))
         let after = try burstThenRead()
@@ -224,7 +229,7 @@ struct SheddingIntegrationTests {
 
     @Test("a JSON viewer that reads nothing while 300 texts and 3 gifts come: then it gets every gift, the texts not shed, and {\"cmd\":\"notice\",\"code\":\"skipped\"} with the rest")
     func jsonViewer() throws {
-        let d = try Daemon(Self.settings(shed: "text").merging(["json.listen": "127.0.0.1:0"]) { $1 })
+        let d = try Daemon(Self.settings(shed: "text").merging(["json.listen": "127.0.0.1:0", "limits.shed_after": "0"]) { $1 })
         let viewer = try JSONTestClient(d, receiveBuffer: 4096)
         try viewer.send(["cmd": "nickname", "nickname": "phone", "room": "live"])
         let sender = try d.connect()
