@@ -190,6 +190,11 @@ public struct HandOverState: Equatable, Sendable {
         /// Its last join asked for the notice `position` (UserInfo field 6,
         /// docs/protocol.md §4), which the relayed `identity` no longer carries.
         public var positions = false
+        /// When it last had a text relayed, on the writer's CLOCK_MONOTONIC
+        /// in ms (the same clock across exec on one boot, as
+        /// `stoppedReadingMs`): slow mode's interval goes on across a restart
+        /// (docs/api.md "Moderation"). nil: none, or a writer before it was added.
+        public var lastTextMs: UInt64? = nil
 
         public init(key: UInt64) { self.key = key }
     }
@@ -256,6 +261,8 @@ public struct HandOverState: Equatable, Sendable {
         case authClaims = 0x4101
         /// Positions (docs/protocol.md §4): far from the others for the same reason.
         case positions = 0x5001
+        /// Slow mode's last text time: far from the others for the same reason.
+        case lastTextMs = 0x5801
         /// A WebSocket connection's state (nested records, `WebSocketTag`).
         case webSocket = 0x5701
 
@@ -360,6 +367,7 @@ public struct HandOverState: Equatable, Sendable {
                 if let claims = c.authClaims { w.bytes(FieldTag.authClaims.rawValue, claims.json) }
                 if let ws = c.webSocket { w.nested(FieldTag.webSocket.rawValue) { w in Self.encode(ws, &w) } }
                 if c.positions { w.u8(FieldTag.positions.rawValue, 1) }
+                if let ms = c.lastTextMs { w.u64(FieldTag.lastTextMs.rawValue, ms) }
             }
         }
         if let cluster {
@@ -614,6 +622,7 @@ public struct HandOverState: Equatable, Sendable {
                 do { r.authClaims = try TokenClaims(json: Array(v)) } catch { throw .damaged("verified claims: \(error)") }
             case .webSocket: r.webSocket = try decodeWebSocket(v)
             case .positions: r.positions = try Reader.u8(v, "positions") != 0
+            case .lastTextMs: r.lastTextMs = try Reader.u64(v, "last text time")
             case nil: break
             }
         }

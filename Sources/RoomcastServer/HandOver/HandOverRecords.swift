@@ -66,6 +66,7 @@ extension Server {
         r.draining = table.state(id) == .draining
         r.authClaims = c.auth?.claims
         r.positions = relay.wantsPositions(id)
+        r.lastTextMs = c.lastTextMs  // CLOCK_MONOTONIC: the next process reads the same clock
         if let session = c.webSocket {
             var ws = HandOverState.WebSocket()
             ws.upgraded = session.isOpen
