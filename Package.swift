@@ -1,5 +1,5 @@
 // swift-tools-version:6.0
-// roomcast: a one-thread epoll chat-room relay daemon (see README.md, docs/protocol.md).
+// roomcast: a one-thread epoll chat-room relay daemon (see README.md, docs/protocol/).
 import PackageDescription
 
 let package = Package(

@@ -1,6 +1,6 @@
 /*
  * ltb-relay: the yardstick of BENCHMARKS.md. A minimal relay of the LTB
- * protocol (docs/protocol.md §1): one thread, level-triggered epoll, no
+ * protocol (docs/protocol/ltb.md §1): one thread, level-triggered epoll, no
  * rooms, no validation, one shared batch per loop pass. It is as little work
  * per delivery as a relay on this machine can do, so roomcastd's throughput
  * divided by its throughput says how far roomcastd is from the practical

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make bench-restart: N chatting clients across a `systemctl restart` and a
-`systemctl kill -s SIGKILL` of roomcastd under a real systemd 252 (docs/operations.md, restarts).
+`systemctl kill -s SIGKILL` of roomcastd under a real systemd 252 (docs/operations/restarts.md, restarts).
 
 Run through systemd/sandbox (SANDBOX_PID1 set), as `make test-systemd` is:
 the installed units, the socket on a free loopback port, the clients in this

@@ -3,7 +3,7 @@
 # fan-out (1 publisher, 1,000 members, 64-byte bodies, closed loop) on the
 # plain LTB listener and on a listen_tls one (TLS 1.3, a P-256 certificate
 # made here), then RSS per idle connection (plain, then TLS: each on a fresh
-# daemon). Targets (docs/operations.md "TLS"): TLS fan-out at least 0.5x
+# daemon). Targets (docs/operations/network.md "TLS"): TLS fan-out at least 0.5x
 # plain deliveries/s, under 20 KiB per idle TLS connection.
 #
 #   bench/tls.sh                 3 repetitions of each fan-out, idle 5,000 connections

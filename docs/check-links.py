@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check every relative link and anchor of the repository's Markdown.
 
-    docs/check-links.py                 README.md, BENCHMARKS.md and docs/*.md
+    docs/check-links.py                 README.md, BENCHMARKS.md and docs/**/*.md
     docs/check-links.py FILE...         only these files
     docs/check-links.py --self-test     show that a planted broken link fails
 
@@ -177,10 +177,14 @@ def run(files, root, out=sys.stdout):
 
 
 def default_files(root):
+    """README.md, BENCHMARKS.md and every Markdown file under docs/, its
+    subfolders (docs/protocol/, docs/operations/) included."""
     docs = os.path.join(root, "docs")
-    names = sorted(n for n in os.listdir(docs) if n.endswith(".md"))
-    return [os.path.join(root, "README.md"), os.path.join(root, "BENCHMARKS.md")] + \
-        [os.path.join(docs, n) for n in names]
+    found = []
+    for folder, subfolders, names in os.walk(docs):
+        subfolders.sort()
+        found += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".md")]
+    return [os.path.join(root, "README.md"), os.path.join(root, "BENCHMARKS.md")] + sorted(found)
 
 
 def self_test():

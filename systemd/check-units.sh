@@ -63,7 +63,7 @@ else
 fi
 # systemd 252 does not pass FileDescriptorStoreMax= to the service ($FDSTORE
 # is set by 254 and later), so the units set FDSTORE= themselves: the daemon
-# hands its connections over only when it is > 0 (docs/operations.md, restarts).
+# hands its connections over only when it is > 0 (docs/operations/restarts.md, restarts).
 for unit in roomcastd.service roomcastd-standalone.service; do
     max=$(sed -n 's/^FileDescriptorStoreMax=//p' "$tmp/units/$unit")
     env=$(sed -n 's/^Environment=FDSTORE=//p' "$tmp/units/$unit")

@@ -1,7 +1,7 @@
-// The roomcast chat page (docs/protocol.md section 15, subprotocol
+// The roomcast chat page (docs/protocol/websocket.md section 15, subprotocol
 // roomcast.json.v1): one WebSocket to the server that served this page,
 // opened on load; each text message is one JSON object of the JSON dialect
-// (docs/protocol.md section 7). Plain JavaScript, no build step.
+// (docs/protocol/json.md section 7). Plain JavaScript, no build step.
 "use strict";
 
 (function () {
@@ -11,18 +11,18 @@
   const $ = (id) => document.getElementById(id);
   const log = $("log");
   const state = $("state");
-  // Reconnect backoff (docs/protocol.md section 8): 0.5 s doubling to 30 s, with jitter.
+  // Reconnect backoff (docs/protocol/clients.md section 8): 0.5 s doubling to 30 s, with jitter.
   const backoffMinMs = 500, backoffMaxMs = 30000;
   let backoffMs = backoffMinMs;
   let socket = null;
   let me = null;            // {nickname, token} once the viewer has joined
   let reconnectTimer = 0;
   // How many times the connection closed and the page set out to reconnect:
-  // #state's data-reconnects (docs/protocol.md section 15), for tests and
+  // #state's data-reconnects (docs/protocol/websocket.md section 15), for tests and
   // for anyone looking at the page with the browser's inspector.
   let reconnects = 0;
   state.dataset.reconnects = "0";
-  // Issue 23's positions (docs/protocol.md section 4, "Positions and
+  // Issue 23's positions (docs/protocol/positions.md section 4, "Positions and
   // resume"), per room ("" is the default room): the {epoch, seq} of the
   // last numbered frame (text or gift) the page knows it has, learned from
   // the notices history, position and history_lost. A rejoin after a
@@ -110,7 +110,7 @@
     if (why) show("history", [["", why]]);
   }
 
-  // The notice history (docs/protocol.md section 4): count frames of the
+  // The notice history (docs/protocol/positions.md section 4): count frames of the
   // room's recent lines follow. After a resume they are the frames after
   // "since"; otherwise the room's last lines, which replace the view when
   // it already shows lines of the room (a rejoin the daemon could not
@@ -152,7 +152,7 @@
     let m;
     try { m = JSON.parse(event.data); } catch (e) { return; }
     if (m.cmd === "notice" && m.code === "viewers") {
-      // docs/protocol.md section 13: the room's count, folded per interval.
+      // docs/protocol/tokens.md section 13: the room's count, folded per interval.
       $("viewers").textContent = m.count + " watching";
       return;
     }
@@ -175,7 +175,7 @@
       return;
     }
     if (m.cmd === "notice" && m.code === "skipped") {
-      // Shedding (docs/protocol.md section 6): texts this slow viewer did
+      // Shedding (docs/protocol/rooms.md section 6): texts this slow viewer did
       // not get; its backlog is back under output_soft_bytes.
       if (showing) show("skipped", [["", m.count + (m.count === 1 ? " message" : " messages") + " skipped"]]);
       return;

@@ -15,7 +15,7 @@
 #include <openssl/rand.h>
 
 
-// TLS in the daemon (docs/protocol.md §16): the macros of ssl.h and bio.h
+// TLS in the daemon (docs/protocol/tls.md §16): the macros of ssl.h and bio.h
 // that Swift cannot import, as functions.
 
 /// SSL_CTX settings every roomcastd context gets: SSL_write may return after

@@ -1,4 +1,4 @@
-/// Frame types of the messages the client sends and decodes (docs/protocol.md §2).
+/// Frame types of the messages the client sends and decodes (docs/protocol/ltb.md §2).
 /// The control codes are configurable per daemon listener, so they are here too.
 public struct MessageTypes: Equatable, Sendable {
     /// Join, body `UserInfo` (default 0; the daemon's `join_type`).
@@ -12,14 +12,14 @@ public struct MessageTypes: Equatable, Sendable {
     /// Heartbeat, body ignored, never relayed (default 8; the daemon's `heartbeat_type`).
     public var heartbeat: UInt16 = 8
     /// Server notice, body `Notice`, sent by the daemon only: why it refused a
-    /// frame (default 9; the daemon's `notice_type`, docs/protocol.md §13).
+    /// frame (default 9; the daemon's `notice_type`, docs/protocol/notices.md §13).
     public var notice: UInt16 = 9
     /// The original phone clients' codes, roomcastd's defaults.
     public init() {}
 }
 
 /// When and how often to reconnect after a drop: exponential backoff with
-/// jitter, like the original phone clients (docs/protocol.md §8).
+/// jitter, like the original phone clients (docs/protocol/clients.md §8).
 ///
 /// Retry n (counting from 0) waits `min(maxDelayMs, initialDelayMs · 2^n)`
 /// scaled by a random factor in [0.5, 1] ("equal jitter"), so a daemon restart
@@ -60,7 +60,7 @@ public struct ReconnectPolicy: Equatable, Sendable {
     }
 }
 
-/// TLS to a `listen_tls` listener (docs/protocol.md §16), with OpenSSL.
+/// TLS to a `listen_tls` listener (docs/protocol/tls.md §16), with OpenSSL.
 public struct ClientTLS: Equatable, Sendable {
     /// PEM file of the CAs that may sign the daemon's certificate; nil: the
     /// system's trust store (SSL_CTX_set_default_verify_paths(3)).
@@ -83,13 +83,13 @@ public struct ClientTLS: Equatable, Sendable {
 public struct ClientConfiguration: Sendable {
     /// The daemon's address (default `127.0.0.1:9898`).
     public var server: ServerAddress
-    /// Byte order of frame headers; must match the daemon's listener (docs/protocol.md §1).
+    /// Byte order of frame headers; must match the daemon's listener (docs/protocol/ltb.md §1).
     public var byteOrder: ByteOrder = .little
     /// Largest body sent or accepted, in bytes (the daemon's default `max_frame_bytes`, 64 KiB).
     public var maxFrameBytes: Int = 64 * 1024
     /// Interval between heartbeats while connected, in ms (default 10 000 as
     /// the original phone clients; 0 sends none). Keep it under the daemon's
-    /// `heartbeat.timeout` (docs/protocol.md §5).
+    /// `heartbeat.timeout` (docs/protocol/rooms.md §5).
     public var heartbeatIntervalMs: UInt64 = 10_000
     /// Body of a heartbeat frame: the original clients' text; the daemon never decodes it.
     public var heartbeatBody: [UInt8] = Array("this is a heartBeat message ".utf8)
@@ -97,10 +97,10 @@ public struct ClientConfiguration: Sendable {
     public var connectTimeoutMs: UInt64 = 10_000
     /// Reconnection after a drop.
     public var reconnect = ReconnectPolicy()
-    /// Frame types (docs/protocol.md §2).
+    /// Frame types (docs/protocol/ltb.md §2).
     public var types = MessageTypes()
     /// The signed-join token sent in every join (and rejoin) as UserInfo
-    /// field 5 (docs/protocol.md §13) when the joined user carries none;
+    /// field 5 (docs/protocol/tokens.md §13) when the joined user carries none;
     /// never in texts or gifts. Nil: no token. Renew it before its `exp` by
     /// setting a new one and joining again.
     public var token: String?

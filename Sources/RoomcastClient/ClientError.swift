@@ -12,7 +12,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     case connectTimeout(address: String, ms: UInt64)
     /// The daemon closed the connection (EOF).
     case closedByPeer
-    /// The daemon sent a header claiming a body over `limit` bytes (docs/protocol.md §1).
+    /// The daemon sent a header claiming a body over `limit` bytes (docs/protocol/ltb.md §1).
     case frameTooLarge(claimed: UInt32, limit: Int)
     /// A system call failed with `errno` (read, send, epoll_ctl, ...).
     case system(call: String, errno: Int32)

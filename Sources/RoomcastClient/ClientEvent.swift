@@ -1,16 +1,16 @@
-/// A frame relayed by the daemon, decoded (docs/protocol.md §2-3). The daemon
+/// A frame relayed by the daemon, decoded (docs/protocol/ltb.md §2-3). The daemon
 /// relays the sender's own frames back to it too (`echo = yes`), so a client
 /// sees its own join, text and gift as events.
 public enum ClientEvent: Equatable, Sendable {
     /// Someone joined the room: their `UserInfo` (with `room` if they named one).
     case join(UserInfo)
-    /// Someone left or disconnected (the daemon synthesizes the latter, docs/protocol.md §4).
+    /// Someone left or disconnected (the daemon synthesizes the latter, docs/protocol/rooms.md §4).
     case leave(UserInfo)
     /// A text message.
     case text(ChatMessage)
     /// A gift.
     case gift(GiftMessage)
-    /// A notice from the daemon itself (docs/protocol.md §13): why it refused
+    /// A notice from the daemon itself (docs/protocol/notices.md §13): why it refused
     /// one of this client's frames (`token_required`, `identity_mismatch` ...),
     /// and whether and when a retry may succeed.
     case notice(Notice)
@@ -43,7 +43,7 @@ public enum ClientStatus: Equatable, Sendable {
 }
 
 extension Notice {
-    /// The codes of docs/protocol.md §13's notice table that refuse one of
+    /// The codes of docs/protocol/notices.md's notice table that refuse one of
     /// this client's frames or remove it (`kicked`, `banned`). Every other
     /// code (`history`, `viewers`, `skipped`, `position`, `history_lost`,
     /// `restarting`, and any a later daemon adds) informs and refuses nothing.

@@ -3,7 +3,7 @@ import Glibc
 import RoomcastIO
 import RoomcastCrypto
 
-// ClientTLS.swift: the client's side of docs/protocol.md §16 with OpenSSL
+// ClientTLS.swift: the client's side of docs/protocol/tls.md §16 with OpenSSL
 // (SSL_connect(3), SSL_read(3), SSL_write(3), SSL_get_error(3)), on the
 // client's own non-blocking loop: the handshake after TCP connects, then
 // records both ways.

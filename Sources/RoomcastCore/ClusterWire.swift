@@ -1,5 +1,5 @@
 // What the daemons of a cluster say to each other through Redis pub/sub
-// (issue 14; docs/protocol.md §12): the channel names, the envelope around
+// (issue 14; docs/protocol/across-daemons.md §12): the channel names, the envelope around
 // every relayed frame, and the sequence numbers that let a daemon drop late
 // duplicates and count what it never received. Pure: no sockets, no Redis.
 
@@ -58,11 +58,11 @@ public struct ClusterChannels: Sendable {
 ///                 versions its origin reads, one byte each (empty: 1 only)
 ///
 /// Version 2 is version 1 with the sender's verified `sub` (signed joins,
-/// docs/protocol.md §13) after the address: 2 bytes of sub length S at
+/// docs/protocol/tokens.md §13) after the address: 2 bytes of sub length S at
 /// offset 29 (so the room starts at 31), then room, address, the S bytes
 /// of the sub (S = 0: no verified sub) and the frame. A version 1 decoder
 /// refuses it, so a daemon sends it only while every daemon it hears
-/// advertises version 2 in its heartbeat (docs/protocol.md §12).
+/// advertises version 2 in its heartbeat (docs/protocol/across-daemons.md §12).
 public struct ClusterEnvelope: Equatable, Sendable {
     /// The form every daemon reads (and the one heartbeats, byes, counts
     /// and hand-overs always use).
@@ -93,7 +93,7 @@ public struct ClusterEnvelope: Equatable, Sendable {
         case counts = 4
         /// The origin handed its clients over (a restart, or a stop under
         /// systemd): it is back within `seq` ms under the same origin, or
-        /// gone (docs/protocol.md §12, "Leaves").
+        /// gone (docs/protocol/across-daemons.md §12, "Leaves").
         case handingOver = 5
 
         /// The kind of a frame in `byteOrder`.
@@ -389,45 +389,5 @@ public struct ClusterSequenceTracker {
     public mutating func forget(room: RoomName) {
         if tracksChanges && rooms[room] != nil { changedRooms.insert(room) }
         rooms[room] = nil
-    }
-}
-
-/// The payload of a `counts` envelope: how many members each room has at
-/// the origin, every room with members there (an empty payload: none).
-/// Repeated, integers little-endian:
-///
-///     size
-///     2    room length R
-///     R    room name (UTF-8 bytes)
-///     4    members
-///
-/// Each daemon publishes it on the daemons channel; the viewer count of a
-/// room is the sum over daemons (docs/protocol.md §12, docs/api.md).
-public enum ClusterCounts {
-    /// Appends the counts to `out` (emptied first, capacity kept). Rooms
-    /// over 65535 bytes (never: `max_room_bytes` is at most 64 KiB) are skipped.
-    public static func encode(_ counts: [(room: RoomName, members: Int)], into out: inout [UInt8]) {
-        out.removeAll(keepingCapacity: true)
-        for (room, members) in counts where room.bytes.count <= Int(UInt16.max) && members > 0 {
-            withUnsafeBytes(of: UInt16(room.bytes.count).littleEndian) { out.append(contentsOf: $0) }
-            out.append(contentsOf: room.bytes)
-            withUnsafeBytes(of: UInt32(clamping: members).littleEndian) { out.append(contentsOf: $0) }
-        }
-    }
-
-    /// The counts of a payload; nil when it is cut short.
-    public static func decode(_ p: UnsafeRawBufferPointer) -> [RoomName: Int]? {
-        var out: [RoomName: Int] = [:]
-        var i = 0
-        while i < p.count {
-            guard p.count - i >= 2 else { return nil }
-            let length = Int(UInt16(littleEndian: p.loadUnaligned(fromByteOffset: i, as: UInt16.self)))
-            guard p.count - i - 2 >= length + 4 else { return nil }
-            let room = RoomName(bytes: Array(p[(i + 2)..<(i + 2 + length)]))
-            let members = UInt32(littleEndian: p.loadUnaligned(fromByteOffset: i + 2 + length, as: UInt32.self))
-            out[room, default: 0] += Int(members)
-            i += 2 + length + 4
-        }
-        return out
     }
 }

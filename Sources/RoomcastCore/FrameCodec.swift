@@ -1,4 +1,4 @@
-/// Length-type-body framing (docs/protocol.md §1):
+/// Length-type-body framing (docs/protocol/ltb.md §1):
 ///
 ///     +----------------+------------+-------------------+
 ///     | length: u32    | type: u16  | body: length bytes|
@@ -17,7 +17,7 @@ public enum FrameCodec {
         /// Fewer bytes than the next frame needs; nothing is consumed.
         case needMore
         /// The header claims a body longer than the limit. Decided on the 6
-        /// header bytes alone, before any allocation (docs/protocol.md §1).
+        /// header bytes alone, before any allocation (docs/protocol/ltb.md §1).
         case tooLarge(claimed: UInt32)
     }
 
@@ -68,7 +68,7 @@ public struct Frame: Equatable, Sendable {
     public init(type: UInt16, body: [UInt8]) { self.type = type; self.body = body }
 }
 
-/// Thrown when a frame header claims a body over the limit (docs/protocol.md §1).
+/// Thrown when a frame header claims a body over the limit (docs/protocol/ltb.md §1).
 public struct FrameTooLarge: Error, Equatable, Sendable, CustomStringConvertible {
     /// The body length the header claimed, in bytes.
     public var claimed: UInt32
@@ -87,7 +87,7 @@ public struct FrameDecoder: Sendable {
     private var start = 0
 
     /// - Parameters:
-    ///   - byteOrder: header byte order (docs/protocol.md §1).
+    ///   - byteOrder: header byte order (docs/protocol/ltb.md §1).
     ///   - maxFrameBytes: the largest body accepted, in bytes.
     public init(byteOrder: ByteOrder = .little, maxFrameBytes: Int = 64 * 1024) {
         self.byteOrder = byteOrder
@@ -126,7 +126,7 @@ public struct FrameDecoder: Sendable {
     }
 }
 
-/// The JSON dialect's framing (docs/protocol.md §7): a u32 little-endian body length,
+/// The JSON dialect's framing (docs/protocol/json.md §7): a u32 little-endian body length,
 /// then the JSON body; no type field.
 public enum JSONFrameCodec {
     /// Size of the header in bytes.

@@ -1,5 +1,5 @@
 // What /metrics counts frames by (docs/api.md, "Metrics"): the kinds of
-// docs/protocol.md §2, found from a frame's type with a few comparisons
+// docs/protocol/ltb.md §2, found from a frame's type with a few comparisons
 // (no dictionary on the path of every frame).
 
 /// A frame's kind for counting: the control codes, text, gift, notice, or opaque.
@@ -22,7 +22,7 @@ public enum FrameKind: Int, CaseIterable, Sendable {
     /// The kind of frame type `type` under the control codes of `[protocol]`
     /// (text 2 and gift 3 are fixed, §2).
     @inline(__always)
-    /// The text and gift types, fixed by docs/protocol.md §3 (not configurable).
+    /// The text and gift types, fixed by docs/protocol/ltb.md §3 (not configurable).
     public static let textType: UInt16 = 2
     public static let giftType: UInt16 = 3
 

@@ -2,7 +2,7 @@
 // for `roomcast_frames_refused_total{reason}` (docs/api.md "Metrics").
 
 /// A refused frame's reason: the code of the notice its sender gets
-/// (docs/protocol.md §13). The relay's own refusals (`RejectionCode`, each a
+/// (docs/protocol/tokens.md §13). The relay's own refusals (`RejectionCode`, each a
 /// violation toward `protocol.max_violations`) and moderation's (docs/api.md
 /// "Moderation": `banned`, `muted`, `slow_mode`, never violations).
 public enum FrameRefusal: Int, CaseIterable, Sendable {

@@ -1,5 +1,5 @@
 /// What one roomcastd process hands to the next across a restart or an
-/// upgrade (docs/operations.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
+/// upgrade (docs/operations/restarts.md, "Restarts, upgrades and crashes"): per connection, everything the relay, the input and
 /// output paths, the heartbeat wheels and the rate limits keep about it.
 /// The descriptors themselves travel in a box (an AF_UNIX socketpair, see
 /// RoomcastServer's `HandOverBox`); each is matched to its record by `key`.
@@ -20,7 +20,7 @@
 ///                     hash field and value, ModerationWire.swift)
 ///              tag 6: one room's stream (`RoomTag`: name, epoch, seq, and
 ///                     each recent frame as a nested record of its seq and
-///                     bytes; docs/protocol.md §4, "Positions and resume")
+///                     bytes; docs/protocol/positions.md §4, "Positions and resume")
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -52,13 +52,13 @@ public struct HandOverState: Equatable, Sendable {
     /// The socket options the writer set on its clients (`Socket.configureClient`),
     /// so that the reader sets them again only when they changed ("": unknown).
     public var socketOptions = ""
-    /// The cluster link's identity and numbering (docs/protocol.md §12);
+    /// The cluster link's identity and numbering (docs/protocol/across-daemons.md §12);
     /// nil: no cluster, or a writer before it was added.
     public var cluster: Cluster? = nil
     /// Bans, mutes and room settings in force (docs/api.md "Moderation");
     /// empty before they were added.
     public var moderation: [ModerationRecord] = []
-    /// Each room's position and recent frames (docs/protocol.md §4), so
+    /// Each room's position and recent frames (docs/protocol/positions.md §4), so
     /// that positions survive the restart; empty before they were added
     /// (the next process then draws new epochs).
     public var rooms: [RoomStream] = []
@@ -111,11 +111,11 @@ public struct HandOverState: Equatable, Sendable {
     public enum Dialect: UInt8, Sendable {
         case ltb = 0
         case json = 1
-        /// RFC 6455 (docs/protocol.md §15); its records carry `Record.webSocket`.
+        /// RFC 6455 (docs/protocol/websocket.md §15); its records carry `Record.webSocket`.
         case webSocket = 2
     }
 
-    /// A WebSocket connection's protocol state (docs/protocol.md §15, RFC
+    /// A WebSocket connection's protocol state (docs/protocol/websocket.md §15, RFC
     /// 6455), so that it goes on byte-exactly: its unconsumed bytes (a
     /// partial request head, or the start of a frame) are the record's
     /// `input`, the rest of a frame it was sent part of heads its `output`.
@@ -151,9 +151,9 @@ public struct HandOverState: Equatable, Sendable {
         public var peerAddress: String = ""
         /// The room it is in, its bytes as received; nil: none (it left).
         public var room: RoomName? = nil
-        /// The UserInfo body of its last join (docs/protocol.md §4); nil: not joined.
+        /// The UserInfo body of its last join (docs/protocol/rooms.md §4); nil: not joined.
         public var identity: [UInt8]? = nil
-        /// A JSON client's nickname (docs/protocol.md §7); nil: none yet.
+        /// A JSON client's nickname (docs/protocol/json.md §7); nil: none yet.
         public var nickname: String? = nil
         /// A partial input frame: bytes received, not yet a whole frame.
         public var input: [UInt8] = []
@@ -176,11 +176,11 @@ public struct HandOverState: Equatable, Sendable {
         /// before this field was added: 0.
         public var tornBytes: UInt64 = 0
         /// How long the owed output had been above `output_soft_bytes`, in
-        /// ms (docs/protocol.md §6: the slow-consumer clock goes on across a
+        /// ms (docs/protocol/rooms.md §6: the slow-consumer clock goes on across a
         /// restart); nil: not above.
         public var softLimitElapsedMs: UInt32? = nil
         /// The verified claims of its last accepted token (TokenClaims.json;
-        /// docs/protocol.md §13), nil: none. The next process recomputes the
+        /// docs/protocol/tokens.md §13), nil: none. The next process recomputes the
         /// expiry from `exp`; the token itself is never kept.
         public var authClaims: TokenClaims? = nil
         /// A WebSocket connection's protocol state (`dialect` is
@@ -188,7 +188,7 @@ public struct HandOverState: Equatable, Sendable {
         /// added: such writers closed their WebSocket connections instead.
         public var webSocket: WebSocket? = nil
         /// Its last join asked for the notice `position` (UserInfo field 6,
-        /// docs/protocol.md §4), which the relayed `identity` no longer carries.
+        /// docs/protocol/positions.md §4), which the relayed `identity` no longer carries.
         public var positions = false
         /// When it last had a text relayed, on the writer's CLOCK_MONOTONIC
         /// in ms (the same clock across exec on one boot, as
@@ -259,7 +259,7 @@ public struct HandOverState: Equatable, Sendable {
         case tornBytes = 15, softLimitElapsedMs = 16
         /// Signed joins: far from the sequence above, so fields other changes add there cannot collide with it.
         case authClaims = 0x4101
-        /// Positions (docs/protocol.md §4): far from the others for the same reason.
+        /// Positions (docs/protocol/positions.md §4): far from the others for the same reason.
         case positions = 0x5001
         /// Slow mode's last text time: far from the others for the same reason.
         case lastTextMs = 0x5801
@@ -503,10 +503,10 @@ public struct HandOverState: Equatable, Sendable {
                     case nil: break
                     }
                 }
-                guard let field, let text, let record = ModerationRecord(field: field, value: text) else {
-                    throw .damaged("a moderation record that is not a field and its value")
-                }
-                state.moderation.append(record)
+                guard let field, let text else { throw .damaged("a moderation record that is not a field and its value") }
+                // One outside today's bounds (a ban an earlier release took
+                // from Redis for 285,000,000 years) is dropped, not the state.
+                if let record = ModerationRecord(field: field, value: text) { state.moderation.append(record) }
             case .room:
                 state.rooms.append(try decodeRoom(value))
             case .webSocketConnection:

@@ -1,4 +1,4 @@
-/// Heartbeat deadlines for every connection (docs/protocol.md §5): any complete
+/// Heartbeat deadlines for every connection (docs/protocol/rooms.md §5): any complete
 /// frame is proof of life; a connection silent for `timeoutMs` is evicted,
 /// within `timeoutMs + tickMs`.
 ///

@@ -93,15 +93,22 @@ public enum ModerationRecord: Equatable, Sendable {
     public static let slowModeRange = 3...120
     /// A reason's length at most, in bytes (docs/api.md "Moderation").
     public static let maxReasonBytes = 512
+    /// The longest ban or mute, in s: 14 days (docs/api.md "Moderation";
+    /// the API refuses `seconds` over it with 422).
+    public static let maxSeconds = 1_209_600
 
     /// Decodes a field and its value; nil when either is not ours (the
     /// field names an unknown kind, a part is not percent-encoded text, a
     /// number is not one) or is outside what the API writes (docs/api.md
     /// "Moderation"): a slow mode other than 0 or 3 ... 120 s, a time
-    /// before the epoch, a reason over `maxReasonBytes`. The daemon's
+    /// before the epoch, a reason over `maxReasonBytes`, a ban or mute in
+    /// force for longer than `maxSeconds` after it was set (the API writes
+    /// `UNTIL_MS = SET_MS + seconds * 1000`; a removal keeps the `UNTIL_MS`
+    /// of what it removed, which was set before it). The daemon's
     /// arithmetic relies on those bounds (a slow mode of 2^63 s overflowed
-    /// its interval in ms). A reason that is not UTF-8 is decoded with
-    /// replacement characters.
+    /// its interval in ms; a ban until the year 285,000,000 was enforced,
+    /// listed and kept). A reason that is not UTF-8 is decoded with
+    /// replacement characters. What needs the clock is `refusal(wallMs:maxRoomBytes:)`'s.
     public init?(field: some Collection<UInt8>, value: some Collection<UInt8>) {
         let v = value.split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
         switch ModerationField(field) {
@@ -112,12 +119,13 @@ public enum ModerationRecord: Equatable, Sendable {
             self = .settings(room, slowModeSeconds: seconds, setMs: set)
         case .entry(let key)?:
             guard v.count == 3, let until = Int64(String(decoding: v[0], as: UTF8.self)), until >= 0,
-                  let set = Int64(String(decoding: v[1], as: UTF8.self)), set >= 0 else { return nil }
+                  let set = Int64(String(decoding: v[1], as: UTF8.self)), set >= 0,
+                  until - set <= Int64(Self.maxSeconds) * 1000 else { return nil }
             if v[2].elementsEqual("!".utf8) {
                 self = .removed(key, untilMs: until, setMs: set)
                 return
             }
-            guard let reason = percentDecoded(v[2]), reason.count <= Self.maxReasonBytes else { return nil }
+            guard until > set, let reason = percentDecoded(v[2]), reason.count <= Self.maxReasonBytes else { return nil }
             self = .entry(key, untilMs: until, setMs: set, reason: String(decoding: reason, as: UTF8.self))
         case nil:
             return nil

@@ -22,7 +22,7 @@ public func sameBytes(_ a: String?, _ b: String?) -> Bool {
     }
 }
 
-/// A room name as the wire carries it (docs/protocol.md §3, `UserInfo.room`):
+/// A room name as the wire carries it (docs/protocol/ltb.md §3, `UserInfo.room`):
 /// its UTF-8 bytes, compared and hashed byte for byte, so rooms whose names
 /// only look alike (NFC and NFD spellings) are different rooms.
 public struct RoomName: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {

@@ -1,5 +1,5 @@
 // Low-level proto2 wire format (https://protobuf.dev/programming-guides/encoding/)
-// for the three bodies of docs/protocol.md §3. Standard library only.
+// for the three bodies of docs/protocol/ltb.md §3. Standard library only.
 //
 // Limits follow Google's upb parser (the one behind Python protobuf 7.x), so
 // that anything Google accepts as well-formed we accept too:

@@ -25,16 +25,16 @@ public protocol RelayObserver: AnyObject {
     func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int)
 }
 
-/// The relay rules that can change on reload (docs/protocol.md §2-§4).
+/// The relay rules that can change on reload (docs/protocol/ §2-§4).
 public struct RelaySettings: Equatable, Sendable {
     public var byteOrder: ByteOrder
     public var joinType: UInt16
     public var leaveType: UInt16
     public var heartbeatType: UInt16
-    /// Text (2) and gift (3) are fixed (docs/protocol.md §2).
+    /// Text (2) and gift (3) are fixed (docs/protocol/ltb.md §2).
     public var textType: UInt16 = 2
     public var giftType: UInt16 = 3
-    /// Send frames back to their sender too (docs/protocol.md §4).
+    /// Send frames back to their sender too (docs/protocol/rooms.md §4).
     public var echo: Bool
     /// Check join/leave/text/gift bodies against the proto2 schema (§3).
     public var validate: Bool
@@ -46,7 +46,7 @@ public struct RelaySettings: Equatable, Sendable {
     /// max_room_bytes`); a longer one is a violation and the join is refused.
     public var maxRoomBytes: Int
     /// The type of server notices (`[protocol] notice_type`,
-    /// docs/protocol.md §13): a client sending one is refused.
+    /// docs/protocol/tokens.md §13): a client sending one is refused.
     public var noticeType: UInt16
     /// Whether a new connection is a member of the default room at once
     /// (§4). False when `[auth] required = yes` and `anonymous = none`: a
@@ -103,7 +103,7 @@ public enum RejectionCode: String, Sendable {
     case rateLimit = "rate_limit"
     /// A JSON command whose frame would be over a `max_frame_bytes` (the server's check).
     case frameTooLarge = "frame_too_large"
-    /// Signed joins (docs/protocol.md §13): a join without a token where one
+    /// Signed joins (docs/protocol/tokens.md §13): a join without a token where one
     /// is required, or a send by an anonymous reader.
     case tokenRequired = "token_required"
     /// A token that is malformed, badly signed, of the wrong algorithm or key.
@@ -150,7 +150,7 @@ public enum RelayEvent: Equatable, Sendable {
 }
 
 /// Rooms, memberships and the per-connection session state (identity from
-/// join, violation count) — the relay policy of docs/protocol.md §2-§4, with no
+/// join, violation count) — the relay policy of docs/protocol/ §2-§4, with no
 /// syscalls. Connection ids are small dense integers (slot indices) chosen
 /// by the caller; every operation is O(1) except broadcasts, which are
 /// O(room members).
@@ -213,6 +213,11 @@ public struct Relay {
     private var freeRooms: [Int] = []
     /// Keyed by the name's bytes: rooms that only look alike are different (§3).
     private var roomIndex: [RoomName: Int] = [:]
+    /// The names of `roomIndex` by their bytes, and every membership as
+    /// `room index << 32 | connection id`: the API's listings page over
+    /// them (OrderedIndex.swift; a join or leave costs O(log n + 512) more).
+    private var roomOrder = OrderedIndex<ByteKey>()
+    private var memberOrder = OrderedIndex<Int>()
     private var sessions: [Session] = []
     /// Rooms whose members that asked for positions are owed the notice
     /// `position` at the end of this pass (`sendPositions`).
@@ -242,13 +247,13 @@ public struct Relay {
     }
 
     /// Where `room`'s stream stands (nil: no such room): its epoch and the
-    /// number of its last text or gift frame (docs/protocol.md §4).
+    /// number of its last text or gift frame (docs/protocol/positions.md §4).
     public func position(of room: RoomName) -> RoomPosition? {
         roomIndex[room].map { rooms[$0].position }
     }
 
     /// Every room with members: its position and its recent frames with
-    /// their numbers (the hand-over state, docs/operations.md), in no fixed order.
+    /// their numbers (the hand-over state, docs/operations/restarts.md), in no fixed order.
     public var streams: [RoomStream] {
         roomIndex.map { RoomStream(room: $0.key, position: rooms[$0.value].position, history: rooms[$0.value].history.numbered) }
     }
@@ -272,7 +277,7 @@ public struct Relay {
     /// cheap check the loop makes once per pass).
     public var positionsDue: Bool { !dueRooms.isEmpty }
 
-    /// The end of a loop pass (docs/protocol.md §4): in every room that was
+    /// The end of a loop pass (docs/protocol/positions.md §4): in every room that was
     /// relayed text or gift frames in it, the members that asked for
     /// positions get the notice `position` with the room's epoch and seq,
     /// encoded once per room, after those frames.
@@ -309,6 +314,23 @@ public struct Relay {
     /// The connections in `room` (empty when it does not exist).
     public func members(of room: RoomName) -> [Int] {
         roomIndex[room].map { rooms[$0].members } ?? []
+    }
+
+    /// At most `limit` rooms with members whose names follow `after` by
+    /// their bytes (empty: from the first), and whether more follow
+    /// (docs/api.md's cursor). O(log rooms + limit).
+    public func roomsPage(after: [UInt8], limit: Int) -> (rooms: [RoomName], more: Bool) {
+        let got = roomOrder.page(after: ByteKey(after), inclusive: after.isEmpty, limit: limit)
+        return (got.keys.map { RoomName(bytes: $0.bytes) }, got.more)
+    }
+
+    /// At most `limit` connections of `room` with ids above `after`,
+    /// ascending, and whether more follow. O(log memberships + limit).
+    public func membersPage(of room: RoomName, after: Int, limit: Int) -> (ids: [Int], more: Bool) {
+        guard let r = roomIndex[room], after < 0xFFFF_FFFF else { return ([], false) }
+        let from = r << 32 | max(0, after + 1)
+        let got = memberOrder.page(after: from, inclusive: true, limit: limit, stop: { $0 >> 32 != r })
+        return (got.keys.map { $0 & 0xFFFF_FFFF }, got.more)
     }
 
     /// A frame the server itself publishes into `room` (the backend's API,
@@ -471,7 +493,7 @@ public struct Relay {
     }
 
     /// Counts a bad frame that the caller rejected itself (e.g. a malformed
-    /// JSON body, docs/protocol.md §7), exactly like a bad proto2 body.
+    /// JSON body, docs/protocol/json.md §7), exactly like a bad proto2 body.
     public mutating func reject(_ id: Int, reason: String, code: RejectionCode = .badFrame) -> RelayEvent {
         violation(id, reason, code)
     }
@@ -635,11 +657,14 @@ public struct Relay {
             r = free
             rooms[r] = Room(name: name)
             roomIndex[name] = r
+            roomOrder.insert(ByteKey(name.bytes))
         } else {
             r = rooms.count
             rooms.append(Room(name: name))
             roomIndex[name] = r
+            roomOrder.insert(ByteKey(name.bytes))
         }
+        memberOrder.insert(r << 32 | id)
         sessions[id].room = r
         sessions[id].position = rooms[r].members.count
         rooms[r].members.append(id)
@@ -659,11 +684,13 @@ public struct Relay {
             rooms[r].members[pos] = last
             sessions[last].position = pos
         }
+        memberOrder.remove(r << 32 | id)
         sessions[id].room = -1
         sessions[id].position = -1
         if sessions[id].positions { rooms[r].positionMembers -= 1 }
         if rooms[r].members.isEmpty {
             roomIndex[rooms[r].name] = nil
+            roomOrder.remove(ByteKey(rooms[r].name.bytes))
             freeRooms.append(r)
             observer?.roomClosed(rooms[r].name)
         }

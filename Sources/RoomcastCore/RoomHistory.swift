@@ -1,4 +1,4 @@
-/// Where a room's stream stands (docs/protocol.md §4, "Positions and
+/// Where a room's stream stands (docs/protocol/positions.md §4, "Positions and
 /// resume"): its `epoch`, 16 lowercase hex digits drawn when the room was
 /// made on this daemon (a new one whenever its history was lost), and
 /// `seq`, the number of the last text or gift frame relayed to it (1 for
@@ -27,7 +27,7 @@ public struct RoomPosition: Equatable, Hashable, Sendable {
 }
 
 /// The recent lines of one room (`[rooms] history` and `history_bytes`,
-/// docs/protocol.md §4 "Recent lines on join"): the last text and gift
+/// docs/protocol/positions.md §4 "Recent lines on join"): the last text and gift
 /// frames relayed to it, whole (6-byte header + body, as relayed), each with
 /// its room sequence number, oldest first, bounded both in frames and in
 /// bytes. Appending is amortized O(1); the oldest frames are dropped to stay
@@ -95,7 +95,7 @@ public struct RoomHistory: Sendable {
     }
 }
 
-/// A frame with its room sequence number (docs/protocol.md §4).
+/// A frame with its room sequence number (docs/protocol/positions.md §4).
 public struct NumberedFrame: Equatable, Sendable {
     public var seq: Int64
     /// The whole frame (6-byte header + body) as relayed.

@@ -1,5 +1,5 @@
 /// A hashed timing wheel holding at most one deadline per id: the heartbeat
-/// deadlines of docs/protocol.md §5 (one per client, O(1) to refresh, no scan of
+/// deadlines of docs/protocol/rooms.md §5 (one per client, O(1) to refresh, no scan of
 /// all clients).
 ///
 /// Design, after netty's `HashedWheelTimer` and Linux `kernel/time/timer.c`:

@@ -1,4 +1,4 @@
-// The folding of viewer counts into notices (docs/protocol.md §13, notice
+// The folding of viewer counts into notices (docs/protocol/notices.md §13, notice
 // `viewers`; `[rooms] counts`): one sweep every interval over the rooms
 // with members here; a room whose count differs from the one its members
 // were last told is told again. Pure: the caller gives the counts and the

@@ -38,7 +38,7 @@ struct Options {
     var ports: [UInt16] = []
     /// `--websocket-port P`: members connect to the daemon's WebSocket listener
     /// there (subprotocol roomcast.ltb.v1: one LTB frame per binary message,
-    /// docs/protocol.md §15) instead of `--port`; publishers stay on LTB.
+    /// docs/protocol/websocket.md §15) instead of `--port`; publishers stay on LTB.
     var webSocketPort: UInt16?
     var members = 100
     /// `--tls`: every connection does a TLS handshake first (roomcastd's

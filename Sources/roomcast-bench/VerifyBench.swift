@@ -5,7 +5,7 @@ import RoomcastCrypto
 import RoomcastServer
 
 // `roomcast-bench verify-tokens [N]`: what one signed join costs the daemon
-// (docs/protocol.md §13), HS256 and EdDSA: the whole `VerifyingKeys.verify`
+// (docs/protocol/tokens.md §13), HS256 and EdDSA: the whole `VerifyingKeys.verify`
 // (split, base64url, header, signature with OpenSSL, claims' JSON, clock)
 // on a token of the size an app backend issues, N times each (default
 // 20,000). Prints µs per verification, median of 5 rounds.

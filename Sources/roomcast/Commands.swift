@@ -47,7 +47,7 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     defer { client = nil }
     client = RoomcastClient(loop: loop, configuration: configuration, onEvent: { event in
         if !echoed, failure == nil, case .notice(let notice) = event, notice.isRefusal {
-            // The daemon says why (docs/protocol.md §13); `history`, `viewers` ... refuse nothing.
+            // The daemon says why (docs/protocol/notices.md); `history`, `viewers` ... refuse nothing.
             failure = "refused: " + describe(notice)
             client.close()
             return

@@ -72,7 +72,7 @@ func describe(_ n: Notice) -> String {
 }
 
 /// A notice that refuses nothing, as its user should read it
-/// (docs/protocol.md §13): `5 recent lines`, `3 watching`, `7 messages
+/// (docs/protocol/notices.md): `5 recent lines`, `3 watching`, `7 messages
 /// skipped`; nil for a code without a phrase here (shown as a notice).
 func informative(_ n: Notice) -> String? {
     func counted(_ one: String, _ many: String) -> String? {
@@ -98,7 +98,7 @@ private func json(_ user: UserInfo) -> String {
 
 /// One JSON object (one line) for an event. `room` is the listener's room
 /// (`--room`), null for the daemon's default room. Field names follow the
-/// proto2 schema (docs/protocol.md §3); opaque bodies are base64.
+/// proto2 schema (docs/protocol/ltb.md §3); opaque bodies are base64.
 func jsonLine(_ event: ClientEvent, room: String?) -> String {
     let head = "\"room\":" + (room.map(jsonString) ?? "null")
     switch event {

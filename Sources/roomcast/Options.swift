@@ -37,14 +37,14 @@ struct Invocation {
     var version = false
     /// True for `roomcast --help`/`--version` without a subcommand.
     var topLevel = false
-    /// `--token` (or ROOMCAST_TOKEN): the signed join (docs/protocol.md §13).
+    /// `--token` (or ROOMCAST_TOKEN): the signed join (docs/protocol/tokens.md §13).
     var token: String?
     /// `roomcast token`: the key file, kid, claims and lifetime of the token to mint.
     var keyFile: String?
     var kid: String?
     var sub: String?
     var ttlMs: UInt64 = 3_600_000
-    /// `--tls`, `--ca-file`, `--insecure`: TLS to a `listen_tls` listener (docs/protocol.md §16).
+    /// `--tls`, `--ca-file`, `--insecure`: TLS to a `listen_tls` listener (docs/protocol/tls.md §16).
     var tls = false
     var caFile: String?
     var insecure = false
@@ -348,7 +348,7 @@ private let identityHelp = """
       -l, --level N            your level (default 0)
       -i, --icon URL           your icon URL (default empty)
           --token TOKEN        signed-join token sent in every join (default:
-                               $ROOMCAST_TOKEN; see docs/protocol.md section 13)
+                               $ROOMCAST_TOKEN; docs/protocol/tokens.md §13)
     """
 
 func usage(_ command: Subcommand?) -> String {

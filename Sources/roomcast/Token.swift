@@ -2,7 +2,7 @@ import RoomcastCrypto
 import Glibc
 import RoomcastCore
 
-// `roomcast token`: a development token (docs/protocol.md §13), HS256 with
+// `roomcast token`: a development token (docs/protocol/tokens.md §13), HS256 with
 // OpenSSL's HMAC, from a line of an `[auth] key_file`.
 
 /// Mints and prints the token `invocation` describes.

@@ -104,7 +104,7 @@ if invocation.checkConfig {
 }
 
 // ROOMCAST_JOURNAL_SOCKET is for tests: a fake journald's socket instead of
-// /run/systemd/journal/socket (docs/operations.md, "Logs and fields").
+// /run/systemd/journal/socket (docs/operations/running.md, "Logs and fields").
 let journalPath = getenv("ROOMCAST_JOURNAL_SOCKET").map { String(cString: $0) } ?? LogSink.defaultJournalPath
 let logger = Logger(level: config.log.level, sink: LogSink.resolve(config.log.target, journalPath: journalPath), journalPath: journalPath)
 logger.info("roomcastd \(roomcastVersion) starting", ["CONFIG_FILE": invocation.configPath])

@@ -125,7 +125,7 @@ websocket = {
 for name, data in websocket.items():
     write("FuzzWebSocket", name, data)
 
-# PROXY protocol headers (docs/protocol.md section 14; HAProxy's proxy-protocol.txt), alone and
+# PROXY protocol headers (docs/protocol/proxy.md section 14; HAProxy's proxy-protocol.txt), alone and
 # followed by a client's first frame, and the proxy_from prefixes.
 SIG = b"\r\n\r\n\x00\r\nQUIT\n"
 def v2(cmd, fam, body): return SIG + bytes([cmd, fam]) + struct.pack(">H", len(body)) + body
@@ -168,7 +168,7 @@ http = {
 for name, data in http.items():
     write("FuzzHTTP", name, data)
 
-# FuzzToken: compact JWS tokens (RFC 7515) with the claims of docs/protocol.md,
+# FuzzToken: compact JWS tokens (RFC 7515) with the claims of docs/protocol/tokens.md,
 # and a claims object alone; signatures are HMAC-SHA256 with a fixed key (the
 # target parses, it does not verify against a key file).
 def b64url(data): return base64.urlsafe_b64encode(data).rstrip(b"=")

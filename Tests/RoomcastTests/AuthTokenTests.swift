@@ -1,4 +1,4 @@
-// The pure parts of signed joins (docs/protocol.md §13): base64url, the
+// The pure parts of signed joins (docs/protocol/tokens.md §13): base64url, the
 // JSON reader, the JWS parts, the claims and their clock, the key file,
 // the Notice message and the removal of UserInfo field 5.
 import Testing

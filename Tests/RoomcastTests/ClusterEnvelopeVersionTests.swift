@@ -1,4 +1,4 @@
-// The cluster envelope's two versions (docs/protocol.md §12): version 2
+// The cluster envelope's two versions (docs/protocol/across-daemons.md §12): version 2
 // carries the sender's verified sub, version 1 is what every daemon reads.
 // `ReleasedDecoder` is the decoder of the release before version 2, kept
 // here byte for byte in what it accepts, so both directions of a rolling

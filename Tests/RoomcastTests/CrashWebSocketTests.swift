@@ -1,4 +1,4 @@
-// The crash path keeps WebSocket clients (docs/protocol.md §15, "Restarts"),
+// The crash path keeps WebSocket clients (docs/protocol/websocket.md §15, "Restarts"),
 // in-process with the fake fd store of HandOverTests: no hand-over, only what
 // the live box and log held when the process died. Clients on both
 // subprotocols, one in the middle of a fragmented message and of a frame,

@@ -1,7 +1,7 @@
 import Testing
 @testable import RoomcastCore
 
-/// Frame decoder tests (docs/protocol.md §1): splits, coalescing, empty bodies,
+/// Frame decoder tests (docs/protocol/ltb.md §1): splits, coalescing, empty bodies,
 /// the size limit, hostile lengths in both byte orders.
 @Suite struct FrameCodecTests {
     /// A stream of frames of varied types and sizes, including empty bodies.

@@ -1,4 +1,4 @@
-// The WebSocket part of the hand-over state (docs/protocol.md §15): a
+// The WebSocket part of the hand-over state (docs/protocol/websocket.md §15): a
 // connection's phase, subprotocol and decoder round-trip beside the other
 // dialects' records, in a record tag a reader before it skips; states
 // written before it (the version-1 fixture) still read; a decoder carried

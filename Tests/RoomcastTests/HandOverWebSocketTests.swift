@@ -1,4 +1,4 @@
-// A restart keeps WebSocket clients (docs/protocol.md §15), in-process as
+// A restart keeps WebSocket clients (docs/protocol/websocket.md §15), in-process as
 // HandOverTests does it: clients on both subprotocols are handed over in the
 // middle of a fragmented message and of a frame, one in the middle of its
 // upgrade request and one owed the rest of a frame; after the hand-over each

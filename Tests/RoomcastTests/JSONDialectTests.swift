@@ -3,7 +3,7 @@ import Testing
 @testable import RoomcastCore
 @testable import RoomcastServer
 
-/// The JSON dialect's commands and the JSON form of LTB frames (docs/protocol.md §7).
+/// The JSON dialect's commands and the JSON form of LTB frames (docs/protocol/json.md §7).
 @Suite struct JSONDialectTests {
     static func decode(_ text: String) -> Result<JSONDialect.Command, JSONBodyError> {
         Array(text.utf8).withUnsafeBytes { JSONDialect.decode($0) }

@@ -1,7 +1,7 @@
 import Testing
 @testable import RoomcastCore
 
-/// Eviction with an injected clock (docs/protocol.md §5): never early, within
+/// Eviction with an injected clock (docs/protocol/rooms.md §5): never early, within
 /// timeout + tick, refreshed by any frame, off when the timeout is 0.
 @Suite struct LivenessTests {
     /// Advances a fake clock tick by tick and returns when each id was evicted.

@@ -63,14 +63,17 @@ extension ModerationWireTests {
         for (f, v) in [("settings:lobbyz", "1 1764624000000"), ("settings:r", "2 1"), ("settings:r", "121 1"),
                        ("settings:r", "9223372036854775807 1"), ("settings:r", "10 -1"),
                        ("ban:r:s", "-1 1 x"), ("ban:r:s", "1 -9223372036854775808 x"), ("mute:r:s", "1 -5 !"),
-                       ("ban:r:s", "1 1 \(tooLong)"), ("ban:r:\(longSub)", "1 1 x")] {
+                       ("ban:r:s", "1001 1 \(tooLong)"), ("ban:r:\(longSub)", "1001 1 x"),
+                       // Issue 28: a ban of over 14 days (the API's cap), one that ends as it starts.
+                       ("ban:r:s", "1209600002 1 x"), ("ban:r:s", "1 1 x"), ("mute:r:s", "8993462400000000000 1 !")] {
             #expect(ModerationRecord(field: Array(f.utf8), value: Array(v.utf8)) == nil, "\(f) -> \(v.prefix(40))")
         }
         #expect(ControlMessage(Array("00000000000000ab set settings:stage 18446744073709552 1".utf8)) == nil)
         // The bounds themselves are ours.
         for (f, v) in [("settings:r", "0 0"), ("settings:r", "3 1"), ("settings:r", "120 1"),
-                       ("ban:r:s", "0 0 \(String(repeating: "x", count: ModerationRecord.maxReasonBytes))"),
-                       ("ban:r:\(String(repeating: "s", count: ModerationField.maxSubBytes))", "1 1 x")] {
+                       ("ban:r:s", "1000 0 \(String(repeating: "x", count: ModerationRecord.maxReasonBytes))"),
+                       ("ban:r:\(String(repeating: "s", count: ModerationField.maxSubBytes))", "1001 1 x"),
+                       ("ban:r:s", "1209600001 1 x"), ("mute:r:s", "1 5 !")] {
             #expect(ModerationRecord(field: Array(f.utf8), value: Array(v.utf8)) != nil, "\(f) -> \(v.prefix(40))")
         }
     }

@@ -1,4 +1,4 @@
-// Unit tests for the proto2 codec (docs/protocol.md §3). Golden bytes come from
+// Unit tests for the proto2 codec (docs/protocol/ltb.md §3). Golden bytes come from
 // Google's protobuf 7.36.2 (Reference/proto_ref.py, "encode" op).
 import Testing
 @testable import RoomcastCore

@@ -1,5 +1,5 @@
 // A restart that keeps the clients keeps a proxied client's address, the one
-// its PROXY header gave (docs/protocol.md §14), not the proxy's: in-process,
+// its PROXY header gave (docs/protocol/proxy.md §14), not the proxy's: in-process,
 // with HandOverTests' two servers and fake fd store.
 import Glibc
 import Testing

@@ -1,4 +1,4 @@
-// The PROXY protocol header parser and `proxy_from` prefixes (docs/protocol.md §14;
+// The PROXY protocol header parser and `proxy_from` prefixes (docs/protocol/proxy.md §14;
 // HAProxy's proxy-protocol.txt, whose examples the cases follow).
 import RoomcastCore
 import Testing

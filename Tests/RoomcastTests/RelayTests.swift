@@ -14,7 +14,7 @@ final class RecordingSink: FrameSink {
     func reset() { deliveries.removeAll() }
 }
 
-/// The relay policy (docs/protocol.md §2-§4) without sockets.
+/// The relay policy (docs/protocol/ §2-§4) without sockets.
 @Suite struct RelayTests {
     static func user(_ name: String, room: String? = nil) -> UserInfo {
         UserInfo(level: 3, name: name, iconURL: "https://x/\(name).png", room: room)

@@ -1,4 +1,4 @@
-// Recent lines on join (docs/protocol.md §4): what a room keeps, within
+// Recent lines on join (docs/protocol/positions.md §4): what a room keeps, within
 // `[rooms] history` frames and `history_bytes`, and what a joining member
 // gets: its join echo, the notice `history` with the count, then the frames
 // oldest first, before anything live.

@@ -1,4 +1,4 @@
-// Positions and resume (docs/protocol.md §4): room sequence numbers and
+// Positions and resume (docs/protocol/positions.md §4): room sequence numbers and
 // epochs, the notice `position` once per room per pass, a rejoin "since
 // epoch E seq S" getting exactly the frames after S or `history_lost`, the
 // join relayed without fields 6-8, and the hand-over state carrying it all.

@@ -3,7 +3,7 @@ import Testing
 @testable import RoomcastCore
 @testable import RoomcastServer
 
-/// `[limits] shed = text` in the fan-out (docs/protocol.md §6, "Shedding"),
+/// `[limits] shed = text` in the fan-out (docs/protocol/rooms.md §6, "Shedding"),
 /// without the event loop: connections on socketpairs whose peer stops
 /// reading, so a flush leaves a real backlog above `output_soft_bytes`.
 @Suite struct SheddingTests {

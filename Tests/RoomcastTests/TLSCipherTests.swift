@@ -1,4 +1,4 @@
-// The TLS 1.3 suite the daemon chooses (docs/protocol.md §16): its own
+// The TLS 1.3 suite the daemon chooses (docs/protocol/tls.md §16): its own
 // order decides, AES-128-GCM first, whatever order the client offers.
 import COpenSSL
 import Testing

@@ -1,4 +1,4 @@
-// TLS clients at a restart (docs/protocol.md §16): a TLS session cannot move
+// TLS clients at a restart (docs/protocol/tls.md §16): a TLS session cannot move
 // to the next process, so each TLS client gets the notice `restarting` with
 // `retry_after_ms`, then close_notify, while plain clients are handed over.
 // In-process, as HandOverTests: socketpairs, a fake fd store, a manual

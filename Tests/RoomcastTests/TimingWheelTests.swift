@@ -1,7 +1,7 @@
 import Testing
 @testable import RoomcastCore
 
-// Tests for TimingWheel (docs/protocol.md §5). Time is injected: nothing sleeps.
+// Tests for TimingWheel (docs/protocol/rooms.md §5). Time is injected: nothing sleeps.
 
 /// The deadline rounded up to the tick boundary at which it fires.
 private func roundUp(_ deadline: UInt64, _ tick: UInt64) -> UInt64 {

@@ -6,7 +6,7 @@ pyenv's 2.7.18 interpreter once, starts roomcastd with `[websocket]
 echo = yes` on an ephemeral loopback port, runs the chosen case sections
 and fails unless every case's behavior is OK, NON-STRICT or INFORMATIONAL
 (UNIMPLEMENTED only for 12.* and 13.*, permessage-deflate, which roomcastd
-declines: docs/protocol.md section 15). Writes the counts per behavior
+declines: docs/protocol/websocket.md section 15). Writes the counts per behavior
 as a Markdown summary (--summary).
 
   tools/autobahn/run.py --roomcastd .build/release/roomcastd \

@@ -1,4 +1,4 @@
-// Signed joins (docs/protocol.md §13): a compact JWS (RFC 7515 §7.1)
+// Signed joins (docs/protocol/tokens.md §13): a compact JWS (RFC 7515 §7.1)
 // carrying a JWT (RFC 7519). This file cuts a token into its parts and
 // reads its header and claims; it checks the claims against a clock it is
 // given. The signature is checked by the daemon with OpenSSL
@@ -12,13 +12,13 @@ public enum TokenAlgorithm: String, Sendable, CaseIterable {
     case edDSA = "EdDSA"
 }
 
-/// What a token grants beyond its identity (docs/protocol.md §13).
+/// What a token grants beyond its identity (docs/protocol/tokens.md §13).
 public enum TokenRole: String, Sendable, Equatable {
     case viewer, moderator, owner
 }
 
 /// Why a token is refused. `code` is what the client is told (the Notice
-/// code, docs/protocol.md §13) and `reason` what the log says: neither
+/// code, docs/protocol/tokens.md §13) and `reason` what the log says: neither
 /// contains the token or its signature.
 public enum TokenError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Not three base64url parts, bad JSON, a claim of the wrong type, a missing `sub` or `exp`.
@@ -38,7 +38,7 @@ public enum TokenError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The join names a room the token's `rooms` do not include.
     case roomForbidden(room: String)
 
-    /// The Notice code (docs/protocol.md §13): `token_expired` for an
+    /// The Notice code (docs/protocol/notices.md §13): `token_expired` for an
     /// expired token, `room_forbidden` for a room outside `rooms`,
     /// `token_invalid` for everything else.
     public var code: String {
@@ -110,9 +110,9 @@ public struct CompactJWS: Sendable {
     }
 }
 
-/// The verified claims a connection keeps (docs/protocol.md §13); never the token.
+/// The verified claims a connection keeps (docs/protocol/tokens.md §13); never the token.
 public struct TokenClaims: Equatable, Sendable {
-    /// Seconds of clock skew allowed on `exp` and `nbf` (docs/protocol.md §13).
+    /// Seconds of clock skew allowed on `exp` and `nbf` (docs/protocol/tokens.md §13).
     public static let leewaySeconds: Int64 = 30
 
     /// `sub`: the account id; compared as bytes.

@@ -1,7 +1,7 @@
-// `[auth]`: signed joins and roles (docs/protocol.md §13).
+// `[auth]`: signed joins and roles (docs/protocol/tokens.md §13).
 
 extension Config {
-    /// What a tokenless client may do when `required = yes` (docs/protocol.md §13).
+    /// What a tokenless client may do when `required = yes` (docs/protocol/tokens.md §13).
     public enum Anonymous: String, Equatable, Sendable, CaseIterable {
         /// It may not join, and is in no room: it hears nothing.
         case none
@@ -9,7 +9,7 @@ extension Config {
         case read
     }
 
-    /// `[auth]` (docs/protocol.md §13, roomcastd.conf(5)).
+    /// `[auth]` (docs/protocol/tokens.md §13, roomcastd.conf(5)).
     public struct Auth: Equatable, Sendable {
         /// `key_file`: the keys that verify tokens, one `KID ALG KEY` a line
         /// (TokenKeySet.parse); re-read on SIGHUP. Empty (default): tokens

@@ -47,7 +47,7 @@ extension Config {
         /// `restart_grace`: how long the other daemons wait, in ms, for this
         /// one to be heard again after it handed its clients over (every
         /// SIGTERM under systemd, which does not tell a restart from a
-        /// stop: docs/operations.md, "Restarts"); past it they take it as
+        /// stop: docs/operations/restarts.md, "Restarts"); past it they take it as
         /// stopped and its users leave their rooms there. It is sent with
         /// the hand-over, so each daemon states its own. 100ms ... 1min,
         /// default 1s (two restarts 50 ms apart were heard again 0.7 s

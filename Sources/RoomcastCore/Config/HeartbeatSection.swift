@@ -1,4 +1,4 @@
-// `[heartbeat]`: when a silent client is closed (docs/protocol.md §5).
+// `[heartbeat]`: when a silent client is closed (docs/protocol/rooms.md §5).
 
 extension Config {
     /// `[heartbeat]`

@@ -1,8 +1,8 @@
-// `[json]`: the JSON dialect's listeners and limits (docs/protocol.md §7).
+// `[json]`: the JSON dialect's listeners and limits (docs/protocol/json.md §7).
 
 extension Config {
     /// `[json]`: the second listener protocol, the JSON chat room
-    /// (docs/protocol.md §7): frames of a u32 little-endian length and a JSON body.
+    /// (docs/protocol/json.md §7): frames of a u32 little-endian length and a JSON body.
     public struct JSON: Equatable, Sendable {
         /// `listen`, repeatable; none by default, so the listener is off.
         public var listen: [ListenAddress]

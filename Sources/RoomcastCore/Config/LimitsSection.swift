@@ -2,7 +2,7 @@
 
 extension Config {
     /// `shed`: what a slow consumer stops being given before it is cut
-    /// (docs/protocol.md §6, "Shedding").
+    /// (docs/protocol/rooms.md §6, "Shedding").
     public enum Shed: String, Equatable, Sendable, CaseIterable {
         /// Text frames (type 2) sent by others are not given to a connection
         /// whose backlog is above `output_soft_bytes`; it is told how many

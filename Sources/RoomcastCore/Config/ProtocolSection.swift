@@ -1,7 +1,7 @@
-// `[protocol]`: the LTB framing and message types (docs/protocol.md §1, §2).
+// `[protocol]`: the LTB framing and message types (docs/protocol/ltb.md §1, §2).
 
 extension Config {
-    /// `[protocol]` (docs/protocol.md §1, §2).
+    /// `[protocol]` (docs/protocol/ltb.md §1, §2).
     public struct ProtocolSettings: Equatable, Sendable {
         /// `byte_order`: `little` (default) or `big`.
         public var byteOrder: ByteOrder
@@ -27,7 +27,7 @@ extension Config {
         /// in it). A longer one is a violation; the client stays where it was.
         public var maxRoomBytes: Int
         /// `notice_type`, default 9: the type of the notices the server sends
-        /// (docs/protocol.md §13), a control code that differs from the
+        /// (docs/protocol/tokens.md §13), a control code that differs from the
         /// other three. Frames of this type from clients are refused.
         public var noticeType: UInt16
     }

@@ -2,7 +2,7 @@
 // owns client listeners (`[server]`, `[json]`, `[websocket]`), each for its own listeners.
 
 extension Config {
-    /// A listener section's PROXY protocol settings (docs/protocol.md
+    /// A listener section's PROXY protocol settings (docs/protocol/proxy.md,
     /// "PROXY protocol"; HAProxy's proxy-protocol.txt).
     public struct ProxySettings: Equatable, Sendable {
         /// `proxy_protocol`: every connection on these listeners must begin

@@ -1,5 +1,5 @@
 // `[rooms]`: what a room hears of its own audience: viewer counts
-// (docs/protocol.md §13, notice `viewers`) and the joins and leaves of its
+// (docs/protocol/notices.md §13, notice `viewers`) and the joins and leaves of its
 // members (§4).
 
 extension Config {
@@ -15,7 +15,7 @@ extension Config {
         /// of 100,000 shows counts instead of a join per viewer. Default yes.
         public var announceJoins = true
         /// `history`: the last text and gift frames each room keeps for
-        /// the members who join it later (docs/protocol.md §4, "Recent
+        /// the members who join it later (docs/protocol/positions.md §4, "Recent
         /// lines on join"), 0 ... 10,000 frames. Default 0 (off).
         public var history = 0
         /// `history_bytes`: the most one room's history holds, in bytes of

@@ -1,5 +1,5 @@
 // `[tls]`: the certificate, key and policy of the `listen_tls` listeners
-// (docs/protocol.md §16, roomcastd.conf(5)).
+// (docs/protocol/tls.md §16, roomcastd.conf(5)).
 
 extension Config {
     /// `client_auth`: whether a TLS client must present a certificate

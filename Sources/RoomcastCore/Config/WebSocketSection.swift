@@ -1,8 +1,8 @@
-// `[websocket]`: the WebSocket listener (RFC 6455) and its limits (docs/protocol.md §15).
+// `[websocket]`: the WebSocket listener (RFC 6455) and its limits (docs/protocol/websocket.md §15).
 
 extension Config {
     /// `[websocket]`: the listener browsers reach, speaking RFC 6455 with the
-    /// subprotocols `roomcast.json.v1` and `roomcast.ltb.v1` (docs/protocol.md §15).
+    /// subprotocols `roomcast.json.v1` and `roomcast.ltb.v1` (docs/protocol/websocket.md §15).
     public struct WebSocket: Equatable, Sendable {
         /// `listen`, repeatable; none by default, so the listener is off.
         public var listen: [ListenAddress]

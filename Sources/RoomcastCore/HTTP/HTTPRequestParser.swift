@@ -178,6 +178,11 @@ public struct HTTPRequestParser: Equatable, Sendable {
         for b in head where b == 0 || (b < 0x20 && b != 0x09 && b != 0x0D && b != 0x0A) || b == 0x7F {
             return .failure(HTTPError(400, "control character 0x\(String(b, radix: 16)) in the request head"))
         }
+        // RFC 9112 §2.2: a CR not followed by LF makes the element invalid
+        // (a proxy may read it as a line end where we would not).
+        for i in 0..<head.count where head[i] == 0x0D && (i + 1 == head.count || head[i + 1] != 0x0A) {
+            return .failure(HTTPError(400, "bare CR in the request head (RFC 9112 §2.2)"))
+        }
         let parts = requestLine.split(separator: 0x20, omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty else {
             return .failure(HTTPError(400, "malformed request line (expected METHOD SP TARGET SP HTTP/1.1)"))
@@ -215,8 +220,70 @@ public struct HTTPRequestParser: Equatable, Sendable {
             let value = String(decoding: line[(colon + 1)...], as: UTF8.self)
             fields.append(.init(name: asciiLowercased(String(decoding: name, as: UTF8.self)), value: trim(Substring(value))))
         }
+        // RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request
+        // without Host, with more than one, or with an invalid one.
+        let hosts = fields.filter { $0.name == "host" }
+        guard hosts.count == 1 else {
+            return .failure(HTTPError(400, hosts.isEmpty ? "no Host header (RFC 9112 §3.2)" : "more than one Host header (RFC 9112 §3.2)"))
+        }
+        guard isValidHost(hosts[0].value) else {
+            return .failure(HTTPError(400, "invalid Host '\(clip(hosts[0].value))' (RFC 9112 §3.2)"))
+        }
         return .success(HTTPRequest(method: method, target: target, path: path, query: query, fields: fields))
     }
+
+    /// Whether `value` is a valid Host field value (RFC 9110 §7.2: `uri-host
+    /// [ ":" port ]`, RFC 3986 §3.2.2-§3.2.3): an IP literal in brackets
+    /// (IPv6 or IPvFuture characters) or a reg-name (unreserved,
+    /// percent-encoded and sub-delims bytes; IPv4 addresses are reg-names
+    /// syntactically), then optionally `:` and decimal digits. Empty is
+    /// valid (RFC 9110 §7.2: the authority of the target may be empty);
+    /// userinfo (`@`), a path, whitespace inside and a comma-separated list are not.
+    static func isValidHost(_ value: String) -> Bool {
+        let b = Array(value.utf8)
+        var i = 0
+        if b.first == UInt8(ascii: "[") {
+            guard let close = b.firstIndex(of: UInt8(ascii: "]")), close > 1 else { return false }
+            // IPv6address or IPvFuture: hex digits, ':' and '.', or 'v' and unreserved / sub-delims.
+            guard b[1..<close].allSatisfy({ isUnreserved($0) || isSubDelim($0) || $0 == UInt8(ascii: ":") }) else { return false }
+            i = close + 1
+        } else {
+            while i < b.count && b[i] != UInt8(ascii: ":") {
+                if b[i] == UInt8(ascii: "%") {
+                    guard i + 2 < b.count, isHexDigit(b[i + 1]), isHexDigit(b[i + 2]) else { return false }
+                    i += 3
+                    continue
+                }
+                // A comma is a sub-delim of RFC 3986 but the list separator
+                // of HTTP fields (RFC 9110 §5.3): two hosts in one line.
+                guard isUnreserved(b[i]) || (isSubDelim(b[i]) && b[i] != UInt8(ascii: ",")) else { return false }
+                i += 1
+            }
+        }
+        guard i < b.count else { return true }
+        guard b[i] == UInt8(ascii: ":") else { return false }
+        return b[(i + 1)...].allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    }
+}
+
+/// RFC 3986 §2.3 unreserved: ALPHA / DIGIT / "-" / "." / "_" / "~".
+@inline(__always)
+private func isUnreserved(_ b: UInt8) -> Bool {
+    switch b {
+    case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"): true
+    default: false
+    }
+}
+
+/// RFC 3986 §2.2 sub-delims: `!$&'()*+,;=`.
+@inline(__always)
+private func isSubDelim(_ b: UInt8) -> Bool {
+    "!$&'()*+,;=".utf8.contains(b)
+}
+
+@inline(__always)
+private func isHexDigit(_ b: UInt8) -> Bool {
+    (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x46) || (b >= 0x61 && b <= 0x66)
 }
 
 /// RFC 9110 §5.6.2 tchar.

@@ -72,7 +72,12 @@ public struct HTTPRequestReader: Equatable, Sendable {
     /// The body length of `request` (RFC 9112 §6.3): Content-Length, the
     /// same value however often it is given; none means no body.
     /// A transfer coding is refused: `chunked` with 411 (send a length
-    /// instead), any other with 501 (RFC 9112 §6.1).
+    /// instead), any other with 501 (RFC 9112 §6.1), an empty
+    /// `Transfer-Encoding` with 400 (the framing is in doubt: a proxy in
+    /// front may have read it otherwise). A Content-Length that is not
+    /// `1*DIGIT` (empty included; RFC 9110 §8.6), in any of its values or
+    /// list elements, is 400: the framing is invalid and what follows must
+    /// not be read as a request (RFC 9112 §6.3 item 5; the caller closes).
     static func bodyLength(_ request: HTTPRequest, max: Int) -> Result<Int, HTTPError> {
         let codings = request.list("transfer-encoding")
         if !codings.isEmpty {
@@ -81,14 +86,18 @@ public struct HTTPRequestReader: Equatable, Sendable {
             }
             return .failure(HTTPError(501, "transfer coding '\(clip(codings.joined(separator: ", ")))' is not implemented"))
         }
-        let lengths = request.list("content-length")
+        if !request.values("transfer-encoding").isEmpty {
+            return .failure(HTTPError(400, "empty Transfer-Encoding (RFC 9112 §6.1): the body's framing is in doubt"))
+        }
+        // Every element of every Content-Length line, empty ones kept.
+        let lengths = request.values("content-length").flatMap { $0.split(separator: ",", omittingEmptySubsequences: false).map { trim($0) } }
         guard let first = lengths.first else { return .success(0) }
         guard lengths.allSatisfy({ $0 == first }) else {
             return .failure(HTTPError(400, "Content-Length given with different values (RFC 9112 §6.3)"))
         }
         let digits = Array(first.utf8)
-        guard digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let n = Int(first) else {
-            return .failure(HTTPError(400, "Content-Length '\(clip(first))' is not a decimal length"))
+        guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let n = Int(first) else {
+            return .failure(HTTPError(400, "Content-Length '\(clip(first))' is not a decimal length (RFC 9112 §6.3)"))
         }
         guard n <= max else { return .failure(HTTPError(413, "the body is \(n) bytes, over \(max)")) }
         return .success(n)

@@ -1,5 +1,5 @@
 // The chat page's files as the WebSocket listener serves them to a plain
-// GET (docs/protocol.md §15, "The page"): a fixed set of names read once
+// GET (docs/protocol/websocket.md §15, "The page"): a fixed set of names read once
 // from `[websocket] page_dir`, so a request can reach nothing but those
 // names (no path is ever joined to the directory).
 

@@ -25,7 +25,7 @@ public enum WebSocketOpcode: UInt8, Equatable, Sendable {
 }
 
 /// A close status code (RFC 6455 §7.4). What a client should do on each is
-/// in docs/protocol.md §15 ("Close codes").
+/// in docs/protocol/websocket.md §15 ("Close codes").
 public struct WebSocketCloseCode: RawRepresentable, Equatable, Hashable, Sendable, CustomStringConvertible {
     public var rawValue: UInt16
     public init(rawValue: UInt16) { self.rawValue = rawValue }

@@ -3,12 +3,12 @@
 // HTTP error. No cryptography here: the caller computes
 // `Sec-WebSocket-Accept` (SHA-1 and base64) from ``acceptInput(key:)``.
 
-/// The two subprotocols of the WebSocket listener (docs/protocol.md §15).
+/// The two subprotocols of the WebSocket listener (docs/protocol/websocket.md §15).
 public enum WebSocketSubprotocol: String, CaseIterable, Equatable, Sendable {
-    /// Each text message is one JSON object of the JSON dialect (docs/protocol.md §7).
+    /// Each text message is one JSON object of the JSON dialect (docs/protocol/json.md §7).
     /// The default when the client offers none.
     case json = "roomcast.json.v1"
-    /// Each binary message is exactly one LTB frame (docs/protocol.md §1).
+    /// Each binary message is exactly one LTB frame (docs/protocol/ltb.md §1).
     case ltb = "roomcast.ltb.v1"
 }
 

@@ -25,7 +25,7 @@ extension Server {
         }
         let kind: ModerationKind = s[3] == "bans" ? .ban : .mute
         guard auth.keys != nil else {
-            throw APIError(409, "auth_off", "\(kind.rawValue)s name a sub of a signed join: set [auth] key_file (docs/protocol.md §13)")
+            throw APIError(409, "auth_off", "\(kind.rawValue)s name a sub of a signed join: set [auth] key_file (docs/protocol/tokens.md §13)")
         }
         switch s.count {
         case 4:
@@ -125,10 +125,9 @@ extension Server {
         let n = try limit(items)
         let after = items["cursor"] ?? []
         let wall = wallClock()
-        let all = moderation.list(kind, room: room, wallMs: wall).filter { after.isEmpty || after.lexicographicallyPrecedes($0.key.sub) }
-        let page = all.prefix(n)
+        let (page, more) = moderation.page(kind, room: room, after: after, limit: n, wallMs: wall)
         let list = page.map { entryJSON($0, wallMs: wall) }.joined(separator: ", ")
-        let next = all.count > n ? jsonStringLiteral(percentEncoded(page.last!.key.sub)) : "null"
+        let next = more ? jsonStringLiteral(percentEncoded(page.last!.key.sub)) : "null"
         return .json("{\"room\": \(jsonStringLiteral(room.string)), \"\(kind.rawValue)s\": [\(list)], \"next_cursor\": \(next)}")
     }
 

@@ -109,11 +109,21 @@ extension Server {
         guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
         let n = try limit(items)
         let after = items["cursor"] ?? []
-        let sorted = clusterViewerCounts.sorted { $0.room.bytes.lexicographicallyPrecedes($1.room.bytes) }
-            .filter { after.isEmpty || after.lexicographicallyPrecedes($0.room.bytes) }
-        let page = sorted.prefix(n)
+        let page: [(room: RoomName, viewers: Int)], more: Bool
+        if let remote = cluster?.remote.viewers, !remote.isEmpty {
+            // Rooms of other daemons are not in the relay's index (yet): sorted per page, O(rooms log rooms).
+            let sorted = clusterViewerCounts.sorted { $0.room.bytes.lexicographicallyPrecedes($1.room.bytes) }
+                .filter { after.isEmpty || after.lexicographicallyPrecedes($0.room.bytes) }
+            page = Array(sorted.prefix(n))
+            more = sorted.count > n
+        } else {
+            // Rooms here only: a page of the relay's ordered index, O(log rooms + limit).
+            let got = relay.roomsPage(after: after, limit: n)
+            page = got.rooms.map { ($0, relay.memberCount(of: $0)) }
+            more = got.more
+        }
         let list = page.map { "{\"room\": \(jsonStringLiteral($0.room.string)), \"viewers\": \($0.viewers)}" }.joined(separator: ", ")
-        let next = sorted.count > n ? jsonStringLiteral(percentEncoded(page.last!.room.bytes)) : "null"
+        let next = more ? jsonStringLiteral(percentEncoded(page.last!.room.bytes)) : "null"
         return .json("{\"rooms\": [\(list)], \"next_cursor\": \(next)}")
     }
 
@@ -122,13 +132,12 @@ extension Server {
         guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
         let n = try limit(items)
         let after = items["cursor"].flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? -1
-        let ids = relay.members(of: room).sorted().filter { $0 > after }
-        let page = ids.prefix(n)
+        let (page, more) = relay.membersPage(of: room, after: after, limit: n)
         let list = page.map { id in
             let sub = table.slots[id]?.auth.map { jsonStringLiteral($0.claims.sub) } ?? "null"
             return "{\"id\": \(id), \"name\": \(jsonStringLiteral(relay.name(of: id))), \"sub\": \(sub), \"addr\": \(jsonStringLiteral(table.address(of: id)))}"
         }.joined(separator: ", ")
-        let next = ids.count > n ? "\"\(page.last!)\"" : "null"
+        let next = more ? "\"\(page.last!)\"" : "null"
         let (remote, remoteNext) = remoteMembersJSON(room, limit: n, after: items["remote_cursor"] ?? [])
         return .json("{\"room\": \(jsonStringLiteral(room.string)), \"viewers\": \(viewers(of: room)), \"members\": [\(list)], "
                      + "\"next_cursor\": \(next), \"remote_members\": [\(remote)], \"remote_next_cursor\": \(remoteNext)}")
@@ -138,7 +147,7 @@ extension Server {
     /// daemon tracks (their joins reached it: rooms with members here), by
     /// daemon and address, `limit` after `after` (`DAEMON/ADDR`, the last
     /// of the previous page): `{"daemon", "name", "sub", "addr"}` each,
-    /// `sub` the one their daemon sent in the envelope (docs/protocol.md
+    /// `sub` the one their daemon sent in the envelope (docs/protocol/across-daemons.md
     /// §12; `null`: none, or a daemon that sends only version 1).
     private func remoteMembersJSON(_ room: RoomName, limit n: Int, after: [UInt8]) -> (list: String, next: String) {
         guard let cluster else { return ("", "null") }

@@ -43,10 +43,21 @@ struct APIServer {
         var registration: Registration?
         var peer: Peer
         var reader = HTTPRequestReader()
-        /// Received and not yet consumed: at most one request's head and body past what was answered.
+        /// Received and not yet answered (compacted once per wakeup, not
+        /// per request): less than ``APIServer/inputPauseBytes`` plus one
+        /// read's worth.
         var input: [UInt8] = []
-        /// Answers not yet taken by the kernel.
+        /// Answers; the first `outputSent` bytes are taken by the kernel
+        /// (dropped once they are the larger half).
         var output: [UInt8] = []
+        var outputSent = 0
+        /// Whether `input` may hold whole requests not yet answered (the
+        /// per-wakeup cap or the output bound stopped the answering).
+        var unanswered = false
+        /// In ``APIServer/again``: to be answered on the next loop turn.
+        var queued = false
+        /// The peer sent EOF: answer what is whole, then close.
+        var peerClosed = false
         /// When the request under way must be complete (its first byte + 5 s), ms.
         var requestDeadlineMs: UInt64?
         /// When an idle keep-alive connection is closed, ms.
@@ -56,6 +67,9 @@ struct APIServer {
         /// The interest registered: readable while nothing is owed, writable while something is.
         var reading = true
         var writing = false
+
+        /// Answer bytes not yet taken by the kernel.
+        var pendingOutput: Int { output.count - outputSent }
     }
 
     /// A request must be complete this long after its first byte, in ms (docs/api.md).
@@ -64,8 +78,18 @@ struct APIServer {
     static let idleTimeoutMs: UInt64 = 60_000
     /// Bytes read per wakeup at most (bounded work per event).
     static let readBytesPerWakeup = 128 * 1024
-    /// Answers held for one connection before it is no longer read, in bytes.
+    /// Answers held for one connection before it is no longer read or
+    /// answered, in bytes: a pipeliner that does not read its answers
+    /// holds at most this plus one answer here.
     static let outputPauseBytes = 256 * 1024
+    /// Unanswered input held before the connection is no longer read, in
+    /// bytes: more than the largest request (8 KiB of head, 64 KiB of
+    /// body), so a request is never starved of its own bytes.
+    static let inputPauseBytes = 128 * 1024
+    /// Requests answered per connection per loop turn at most; the rest
+    /// waits for the next turn (``again``), so one pipelining connection
+    /// holds the loop for at most this many answers (issue 28 item 1).
+    static let requestsPerWakeup = 64
     /// Accepts per listener wakeup at most.
     static let acceptsPerWakeup = 32
 
@@ -80,6 +104,10 @@ struct APIServer {
     /// Requests answered, by status class, and refusals at accept (GET /metrics).
     var requests: [Int: UInt64] = [:]
     var refusedAtAccept: UInt64 = 0
+    /// Connections with whole requests left by the per-wakeup cap, answered
+    /// after the next wait (which does not sleep while any is here): their
+    /// bytes are read already, so no readiness would bring them back.
+    var again: [Int] = []
 
     mutating func insert(_ c: Connection) -> Int {
         count += 1
@@ -233,117 +261,6 @@ extension Server {
         }
     }
 
-    /// Readiness of API connection `id`: read and answer, then write what is owed.
-    func apiReady(_ id: Int, _ readiness: Readiness) {
-        guard api.connections.indices.contains(id), api.connections[id] != nil else { return }
-        let now = clock()
-        if api.connections[id]!.reading && (readiness.contains(.readable) || readiness.contains(.hangup)) {
-            readAPI(id, now: now)
-        }
-        guard api.connections[id] != nil else { return }
-        flushAPI(id)
-    }
-
-    private func readAPI(_ id: Int, now: UInt64) {
-        var total = 0
-        while total < APIServer.readBytesPerWakeup {
-            let result = scratch.withUnsafeMutableBytes { Sys.read(api.connections[id]!.fd, $0.baseAddress!, $0.count) }
-            switch result {
-            case .done(let n):
-                total += n
-                if api.connections[id]!.input.isEmpty && api.connections[id]!.requestDeadlineMs == nil {
-                    api.connections[id]!.requestDeadlineMs = now + APIServer.requestTimeoutMs
-                }
-                api.connections[id]!.input.append(contentsOf: scratch[0..<n])
-                answerAPI(id, now: now)
-                guard api.connections[id]?.reading == true else { return }
-            case .wouldBlock:
-                return
-            case .endOfFile:
-                // Answer what is whole, then close: the peer sends no more.
-                api.connections[id]!.closeAfterWrite = true
-                api.connections[id]!.reading = false
-                return
-            case .failed:
-                closeAPI(id)
-                return
-            }
-        }
-    }
-
-    /// Answers every whole request in the input, in order (pipelining),
-    /// until the output is over ``APIServer/outputPauseBytes``.
-    private func answerAPI(_ id: Int, now: UInt64) {
-        while var c = api.connections[id], !c.closeAfterWrite, c.output.count < APIServer.outputPauseBytes {
-            let step = c.input.withUnsafeBytes { c.reader.next($0) }
-            switch step {
-            case .needMore(let sendContinue):
-                if sendContinue { c.output += Array("HTTP/1.1 100 Continue\r\n\r\n".utf8) }
-                api.connections[id] = c
-                return
-            case .error(let e):
-                let error = APIError(e.status, Self.httpErrorCode(e.status), e.reason)
-                c.output += apiErrorResponse(error, close: true)
-                c.closeAfterWrite = true
-                c.reading = false
-                c.input = []
-                api.requests[e.status, default: 0] &+= 1
-                logger.peerWarning(reason: "api_bad_request", nowMs: now, "\(c.peer.description): API request refused: \(e)",
-                                   ["CLIENT_ADDR": c.peer.description, "STATUS": String(e.status), "DETAIL": e.reason])
-                api.connections[id] = c
-                return
-            case .request(let request, let bodyRange, let consumed, let keepAlive):
-                api.connections[id] = c  // the reader's state, before the handler runs
-                let body = Array(c.input[bodyRange])
-                let response = answer(request, body: body, peer: c.peer, now: now)
-                guard var after = api.connections[id] else { return }
-                api.requests[response.status, default: 0] &+= 1
-                after.output += response.serialized(close: !keepAlive)
-                after.input.removeSubrange(0..<consumed)
-                after.requestDeadlineMs = after.input.isEmpty ? nil : now + APIServer.requestTimeoutMs
-                after.idleDeadlineMs = now + APIServer.idleTimeoutMs
-                if !keepAlive {
-                    after.closeAfterWrite = true
-                    after.reading = false
-                }
-                api.connections[id] = after
-            }
-        }
-    }
-
-    /// Writes what `id` is owed; closes it once written when it is to close;
-    /// reads again once nothing is owed.
-    func flushAPI(_ id: Int) {
-        guard var c = api.connections[id] else { return }
-        while !c.output.isEmpty {
-            let r = c.output.withUnsafeBytes { Sys.send(c.fd, $0.baseAddress!, $0.count) }
-            switch r {
-            case .done(let n): c.output.removeSubrange(0..<n)
-            case .wouldBlock: break
-            case .endOfFile, .failed:
-                api.connections[id] = c
-                closeAPI(id)
-                return
-            }
-            if case .wouldBlock = r { break }
-        }
-        if c.output.isEmpty && c.closeAfterWrite {
-            api.connections[id] = c
-            closeAPI(id)
-            return
-        }
-        let wantRead = c.output.count < APIServer.outputPauseBytes && !c.closeAfterWrite
-        let wantWrite = !c.output.isEmpty
-        if wantRead != c.reading || wantWrite != c.writing {
-            c.reading = wantRead
-            c.writing = wantWrite
-            if let r = c.registration { try? selector.setInterest(r, readable: wantRead, writable: wantWrite) }
-        }
-        api.connections[id] = c
-        // Input held while the output was full: answer it now.
-        if wantRead && !c.input.isEmpty && c.output.isEmpty { answerAPI(id, now: clock()); if api.connections[id]?.output.isEmpty == false { flushAPI(id) } }
-    }
-
     func closeAPI(_ id: Int) {
         guard let c = api.remove(id) else { return }
         if let r = c.registration { selector.deregister(r) }
@@ -355,14 +272,14 @@ extension Server {
         for id in api.connections.indices {
             guard let c = api.connections[id] else { continue }
             if let deadline = c.requestDeadlineMs, now >= deadline, !c.closeAfterWrite {
-                api.connections[id]!.output += apiErrorResponse(APIError(408, "request_timeout",
-                    "the request was not complete within \(APIServer.requestTimeoutMs / 1000) s"), close: true)
+                api.connections[id]!.output.append(contentsOf: apiErrorResponse(APIError(408, "request_timeout",
+                    "the request was not complete within \(APIServer.requestTimeoutMs / 1000) s"), close: true))
                 api.connections[id]!.closeAfterWrite = true
-                api.connections[id]!.reading = false
                 api.connections[id]!.input = []
+                api.connections[id]!.unanswered = false
                 api.requests[408, default: 0] &+= 1
                 flushAPI(id)
-            } else if c.requestDeadlineMs == nil && c.output.isEmpty && now >= c.idleDeadlineMs {
+            } else if c.requestDeadlineMs == nil && c.pendingOutput == 0 && now >= c.idleDeadlineMs {
                 closeAPI(id)
             } else if let deadline = c.requestDeadlineMs, now >= deadline + APIServer.requestTimeoutMs {
                 closeAPI(id)  // the 408 itself was not taken

@@ -2,7 +2,7 @@ import Glibc
 import RoomcastCore
 
 // AuthGate.swift: signed joins and roles on the daemon's input path
-// (docs/protocol.md §13). The reactor asks `authorize` before a frame goes
+// (docs/protocol/tokens.md §13). The reactor asks `authorize` before a frame goes
 // into the relay: a join's token is verified and its identity checked, a
 // send is checked against the connection's verified claims. A refusal is a
 // violation like any other (limits of `protocol.max_violations`), the
@@ -22,7 +22,7 @@ struct AuthSession: Equatable {
 /// The daemon's signed-join state: the keys, the expiry queue, the counters.
 struct AuthGate {
     /// Time after `exp` at which a connection that did not renew is told
-    /// `token_expired` and closed, in ms (docs/protocol.md §13).
+    /// `token_expired` and closed, in ms (docs/protocol/tokens.md §13).
     static let graceMs: Int64 = 25_000
     /// A refusal from one address is logged at most once per this, in ms.
     static let logIntervalMs: UInt64 = 60_000
@@ -101,7 +101,7 @@ enum AuthVerdict {
 }
 
 extension Server {
-    /// Checks one frame from `id` before the relay sees it (docs/protocol.md §13).
+    /// Checks one frame from `id` before the relay sees it (docs/protocol/tokens.md §13).
     /// `frame` is the whole LTB frame (header included); for a JSON client the LTB frame its command stands for.
     func authorize(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) -> AuthVerdict {
         let s = relay.settings
@@ -241,7 +241,7 @@ extension Server {
         }
     }
 
-    /// Queues a notice (docs/protocol.md §13) for `id` alone: a frame of
+    /// Queues a notice (docs/protocol/notices.md §13) for `id` alone: a frame of
     /// type `protocol.notice_type`, or `{"cmd":"notice",...}` for a JSON client.
     func sendNotice(_ id: Int, _ notice: Notice) {
         let frame = FrameCodec.encode(type: config.protocol.noticeType, body: notice.serialized(), byteOrder: config.protocol.byteOrder)
@@ -250,7 +250,7 @@ extension Server {
 
     /// Ends a connection just sent a notice that removes it (`kicked`,
     /// `banned`, `token_expired`, an auth refusal at `max_violations`): its room hears the leave now, an upgraded
-    /// WebSocket client also gets the close frame 1008 (policy, docs/protocol.md
+    /// WebSocket client also gets the close frame 1008 (policy, docs/protocol/websocket.md
     /// §15: a browser would otherwise see 1006 and reconnect at once), then
     /// what it is owed is flushed and the socket closed.
     func removeAfterNotice(_ id: Int, _ notice: Notice, now: UInt64) {

@@ -69,7 +69,7 @@ public final class VerifyingKeys {
         self.keys = keys
     }
 
-    /// Verifies `token` completely (docs/protocol.md §13): three base64url
+    /// Verifies `token` completely (docs/protocol/tokens.md §13): three base64url
     /// parts, `alg` not `none`, a key with the header's `kid`, `alg` equal
     /// to that key's algorithm, the signature, the claims' JSON, then `exp`
     /// and `nbf` against `nowSeconds` with TokenClaims.leewaySeconds.

@@ -4,7 +4,7 @@ import RoomcastCore
 import RoomcastIO
 
 // Cluster.swift owns rooms that span daemons (docs/cluster.md;
-// docs/protocol.md §12): the link to Redis pub/sub with
+// docs/protocol/across-daemons.md §12): the link to Redis pub/sub with
 // its two connections, what it publishes (every frame the relay relays,
 // through `RelayObserver`), what it subscribes to (the rooms with members
 // here), what it delivers (other daemons' frames, through
@@ -83,6 +83,8 @@ final class ClusterLink: RelayObserver {
     var misrouted: UInt64 = 0
     /// Messages dropped because their room has no member here any more (in flight when it closed).
     var stale: UInt64 = 0
+    /// What was refused from Redis, by reason (ClusterRefusals.swift).
+    var refusals = ClusterRefusalCounts()
 
     /// The next heartbeat to ourselves through Redis, in ms.
     private var nextHeartbeatMs: UInt64 = 0
@@ -95,8 +97,10 @@ final class ClusterLink: RelayObserver {
     /// the figures then, for the line that says it is back.
     private var downSince: (ms: UInt64, dropped: UInt64, gaps: UInt64)?
     private var attemptsWhileDown = 0
-    /// The last surprise or refusal logged (each distinct one is logged once).
-    private var lastProblem: String?
+    /// A Redis that refuses us, or is not Redis as we speak it, at every
+    /// attempt (protected mode, a password or ACL we lack, a proxy): said
+    /// once, then once a minute with the count, then once when it works.
+    private var refusedLog = RateLimitedLog()
     private var random: UInt64
 
     /// The other daemons and their members in rooms here (ClusterMembers.swift).
@@ -140,7 +144,7 @@ final class ClusterLink: RelayObserver {
     /// The link has been up for `cluster.timeout` since it last came up.
     private(set) var settledForSub = false
     /// Frames go out in envelope version 2, with their sender's sub: only
-    /// while every daemon heard reads it (docs/protocol.md §12).
+    /// while every daemon heard reads it (docs/protocol/across-daemons.md §12).
     var sendsSub: Bool { settledForSub && remote.legacyReaders == 0 }
     /// The form last said in the log (`noteEnvelopeForm`).
     private var saidSendsSub = false
@@ -161,11 +165,9 @@ final class ClusterLink: RelayObserver {
         heartbeatChannel = channels.heartbeat(origin: origin)
         streams = ClusterStreams(channels: channels)
         envelope.reserveCapacity(1024)
-        // A message is one frame in an envelope; other daemons may allow larger frames than this one.
-        let largest = max(server.config.protocol.maxFrameBytes, server.config.json.maxFrameBytes)
-        let maxReply = max(64 << 20, 2 * largest + (64 << 10))
-        publisher = RedisConnection(role: .publisher, link: self, selector: server.selector, maxReplyBytes: maxReply)
-        subscriber = RedisConnection(role: .subscriber, link: self, selector: server.selector, maxReplyBytes: maxReply)
+        publisher = RedisConnection(role: .publisher, link: self, selector: server.selector, maxReplyBytes: Self.maxHashReplyBytes)
+        subscriber = RedisConnection(role: .subscriber, link: self, selector: server.selector,
+                                     maxReplyBytes: Self.maxMessageBytes(server.config.protocol, json: server.config.json))
     }
 
     var nowMs: UInt64 { server.clock() }
@@ -403,7 +405,7 @@ final class ClusterLink: RelayObserver {
             }
         }
         // Also while Redis is down: counts nobody refreshes drop out after 10 s.
-        remote.expireCounts(nowMs: now)
+        for gone in remote.expireCounts(nowMs: now) { tracker.forget(origin: gone) }
         guard publisher.state == .ready else { return }
         if subscriber.state == .ready, now &- lastHeardMs >= timeout {
             lose(subscriber, "our heartbeat did not come back within \(formatDuration(ms: timeout)) (Redis stopped?)", now: now)
@@ -519,20 +521,29 @@ final class ClusterLink: RelayObserver {
 
     /// The connection broke and is closed (`RedisConnection.Loss` says
     /// how); the next attempt is a timer. What answered at the address is
-    /// not Redis as we speak it, or refused us: said once per distinct
-    /// reason, since it repeats at every attempt until someone fixes it.
+    /// not Redis as we speak it, or refused us: it repeats at every attempt
+    /// of both connections until someone fixes it, so it is said once with
+    /// what Redis said, then at most once a minute with the count
+    /// (`refusedLog`), and once when both connections work again (`becameReady`).
     func redisLost(_ c: RedisConnection, reason: String, connected: Bool, loss: RedisConnection.Loss) {
         let now = nowMs
-        if loss != .io && reason != lastProblem {
-            lastProblem = reason
+        if loss != .io {
             let code = loss == .refused ? "cluster_refused" : "cluster_protocol"
-            logger.warning("cluster: \(c.role.name) connection to Redis at \(address) closed: "
-                           + (loss == .refused ? "\(reason)" : "what answers there is not Redis as roomcastd speaks it: \(reason)")
-                           + "; reconnecting with backoff, local relay goes on",
-                           ["REASON": code, "REDIS": address.description, "DETAIL": reason])
+            let fields: KeyValuePairs<String, String> = ["REASON": code, "REDIS": address.description, "DETAIL": reason]
+            switch refusedLog.occurred(nowMs: now) {
+            case .first:
+                logger.warning("cluster: \(c.role.name) connection to Redis at \(address) closed: "
+                               + (loss == .refused ? "\(reason)" : "what answers there is not Redis as roomcastd speaks it: \(reason)")
+                               + "; reconnecting with backoff, local relay goes on", fields)
+            case .again(let count, let since):
+                logger.warning("cluster: Redis at \(address) still refuses roomcastd: \(plural(count, "more closed connection")) in the last "
+                               + "\(formatDuration(ms: since)) (the last: \(reason)); reconnecting with backoff, local relay goes on", fields)
+            case .quiet:
+                break
+            }
         }
         if connected { wentDown(c, reason, now: now) }
-        failed(c, reason, now: now)
+        failed(c, reason, now: now, said: loss != .io)
     }
 
     /// Drops a connection from the loop's side (watchdog, timeouts).
@@ -540,7 +551,7 @@ final class ClusterLink: RelayObserver {
         let wasUp = c.state == .ready || c.state == .handshaking
         c.close()
         if wasUp { wentDown(c, reason, now: now) }
-        failed(c, reason, now: now)
+        failed(c, reason, now: now, said: false)
     }
 
     /// The wait before the next attempt after `failedAttempts` failed ones
@@ -558,7 +569,7 @@ final class ClusterLink: RelayObserver {
     /// that accepts and then refuses or garbles (an ACL without access to
     /// our channels, a proxy) is retried at 50 ms, 100 ms ... 2 s, never
     /// every 50 ms forever.
-    private func failed(_ c: RedisConnection, _ reason: String, now: UInt64) {
+    private func failed(_ c: RedisConnection, _ reason: String, now: UInt64, said: Bool = false) {
         c.pendingReset = nil
         if let settled = c.settledAtMs, now &- settled >= settings.timeoutMs { c.attempts = 0 }
         c.settledAtMs = nil
@@ -566,7 +577,7 @@ final class ClusterLink: RelayObserver {
         random ^= random << 13; random ^= random >> 7; random ^= random << 17
         let delay = Self.retryDelayMs(failedAttempts: c.attempts, random: random)
         c.retryAtMs = now + delay
-        if !everUp && c.attempts == 1 {
+        if !everUp && c.attempts == 1 && !said {
             logger.warning("cluster: cannot reach Redis at \(address) (\(c.role.name): \(reason)); retrying, local relay goes on",
                            ["REASON": "cluster_down", "REDIS": address.description, "DETAIL": reason])
         } else {
@@ -596,7 +607,12 @@ final class ClusterLink: RelayObserver {
             restoredAfterCrash = false
             announceRestoredMembers(after: "the crash")
         }
-        guard connected, let down = downSince else { return }
+        guard connected else { return }
+        if let over = refusedLog.ended(nowMs: now) {
+            logger.notice("cluster: Redis at \(address) accepts roomcastd again, after \(plural(over.count, "closed connection")) over "
+                          + "\(formatDuration(ms: over.lastedMs))", ["REASON": "cluster_accepted", "REDIS": address.description])
+        }
+        guard let down = downSince else { return }
         downSince = nil
         // Subscribed to the control channel now: what changes from here on
         // is heard, what changed before is in the hash (ClusterModeration.swift).

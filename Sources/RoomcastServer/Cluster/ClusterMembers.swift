@@ -2,7 +2,7 @@ import RoomcastCore
 
 // ClusterMembers.swift: the other daemons of the cluster as this daemon
 // knows them, so that their users do not stay in rooms here as ghosts when
-// a daemon goes away (docs/protocol.md §12, "Leaves"). Each daemon
+// a daemon goes away (docs/protocol/across-daemons.md §12, "Leaves"). Each daemon
 // publishes its heartbeat on the cluster-wide channel
 // `roomcast:NAME:daemons` every quarter of `cluster.timeout`, a "bye"
 // there when it stops outside systemd, and "handing over, back within G"
@@ -20,18 +20,36 @@ struct RemoteDaemons {
     /// tracked (their leaves on a daemon's departure are not sent), and that
     /// is said once.
     static let maxMembers = 200_000
+    /// Other daemons known at most (origins): a message from one more is
+    /// refused (`ClusterRefusal.origins`) until one is forgotten. Each
+    /// daemon draws its origin at random, so a made-up one costs nothing to
+    /// send; the table's expiry (`silent`, `unannounced`, `expireCounts`)
+    /// frees what a forger fills.
+    static let maxDaemons = 256
+    /// (room, daemon) pairs of viewer counts held at most, over every
+    /// daemon: counts that would hold more are refused (`countsLimit`).
+    static let maxCountedRooms = 200_000
+    /// A daemon never heard on the daemons channel (every daemon of this
+    /// release and the one before heartbeats there) is forgotten when it
+    /// sent nothing for this long (ms), its members sent their leaves.
+    static let unannouncedMaxAgeMs: UInt64 = 60_000
 
     struct Member {
         var room: RoomName
-        /// The UserInfo body of its last join (docs/protocol.md §4).
+        /// The UserInfo body of its last join (docs/protocol/rooms.md §4).
         var identity: [UInt8]
-        /// The verified sub its daemon sent with that join (docs/protocol.md
+        /// The verified sub its daemon sent with that join (docs/protocol/across-daemons.md
         /// §12, envelope version 2); nil: none, or its daemon sent version 1.
         var sub: String? = nil
     }
 
     struct Daemon {
         var lastHeardMs: UInt64
+        /// When any message of it last arrived (ms).
+        var lastSeenMs: UInt64 = 0
+        /// A frame of it was delivered here: it has positions in the
+        /// sequence tracker, so only a departure forgets it.
+        var sentFrames = false
         /// It heartbeats on the daemons channel: only such a daemon can be
         /// found silent (one of a version before that channel never is).
         var announces = false
@@ -62,17 +80,40 @@ struct RemoteDaemons {
     private(set) var memberCount = 0
     /// Members per room over every other daemon (the sum of their `counts`).
     private(set) var viewers: [RoomName: Int] = [:]
+    /// (room, daemon) pairs in the daemons' `counts`, for `maxCountedRooms`.
+    private(set) var countedRooms = 0
     /// The daemons awaited back from a hand-over (a few at most: one per
     /// daemon restarting now).
     private(set) var returning: [UInt64: Return] = [:]
 
+    /// Whether a message of `origin` may be taken: it is known, or fewer
+    /// than `maxDaemons` are (it is then known from now on). Every message
+    /// of another daemon passes here first; it is seen now. `frame`: a
+    /// frame to be delivered (its positions are kept until it departs).
+    mutating func admit(_ origin: UInt64, nowMs: UInt64, frame: Bool = false) -> Bool {
+        if daemons[origin] == nil {
+            guard daemons.count < Self.maxDaemons else { return false }
+            ensure(origin, nowMs: nowMs)
+        }
+        daemons[origin]!.lastSeenMs = nowMs
+        if frame { daemons[origin]!.sentFrames = true }
+        return true
+    }
+
     /// `origin`'s members per room, replacing what it said before.
-    mutating func setCounts(_ origin: UInt64, _ counts: [RoomName: Int], nowMs: UInt64) {
+    /// - Returns: false (nothing changed) when they would make more than
+    ///   `maxCountedRooms` pairs over every daemon.
+    @discardableResult
+    mutating func setCounts(_ origin: UInt64, _ counts: [RoomName: Int], nowMs: UInt64) -> Bool {
         ensure(origin, nowMs: nowMs)
+        let before = daemons[origin]!.counts.count
+        guard countedRooms - before + counts.count <= Self.maxCountedRooms else { return false }
         subtractCounts(daemons[origin]!.counts)
         for (room, n) in counts { viewers[room, default: 0] += n }
+        countedRooms += counts.count - before
         daemons[origin]!.counts = counts
         daemons[origin]!.countsAtMs = nowMs
+        return true
     }
 
     /// Counts older than `countsMaxAgeMs` at `nowMs` drop out of `viewers`;
@@ -80,15 +121,21 @@ struct RemoteDaemons {
     /// members tracked, no counts: what a message arriving after its bye
     /// leaves) is forgotten, so that it does not hold the cluster to
     /// envelope version 1 forever.
-    mutating func expireCounts(nowMs: UInt64) {
+    /// - Returns: the daemons forgotten (their positions go too).
+    @discardableResult
+    mutating func expireCounts(nowMs: UInt64) -> [UInt64] {
         for (origin, d) in daemons where !d.counts.isEmpty && nowMs &- d.countsAtMs > Self.countsMaxAgeMs {
             subtractCounts(d.counts)
+            countedRooms -= d.counts.count
             daemons[origin]!.counts = [:]
         }
-        for (origin, d) in daemons where !d.announces && d.members.isEmpty && d.counts.isEmpty && returning[origin] == nil {
+        var forgotten: [UInt64] = []
+        for (origin, d) in daemons where !d.announces && !d.sentFrames && d.members.isEmpty && d.counts.isEmpty && returning[origin] == nil {
             daemons[origin] = nil
             if !d.readsSub { legacyReaders -= 1 }
+            forgotten.append(origin)
         }
+        return forgotten
     }
 
     private mutating func subtractCounts(_ counts: [RoomName: Int]) {
@@ -178,6 +225,7 @@ struct RemoteDaemons {
         if !d.readsSub { legacyReaders -= 1 }
         memberCount -= d.members.count
         subtractCounts(d.counts)
+        countedRooms -= d.counts.count
         return d.members
     }
 
@@ -204,12 +252,18 @@ struct RemoteDaemons {
         daemons.filter { $0.value.announces && $0.value.lastHeardMs < sinceMs && returning[$0.key] == nil }.map(\.key)
     }
 
+    /// Daemons never heard on the daemons channel that sent nothing since
+    /// `sinceMs` (`unannouncedMaxAgeMs` ago): a made-up origin's joins.
+    func unannounced(notSeenSince sinceMs: UInt64) -> [UInt64] {
+        daemons.filter { !$0.value.announces && $0.value.lastSeenMs < sinceMs && returning[$0.key] == nil }.map(\.key)
+    }
+
     /// After this daemon's own link was down: nobody could be heard, so
     /// everyone starts over as heard now (a daemon awaited back included:
     /// its heartbeat may have been missed, so it is found silent after
     /// `cluster.timeout` if it is really gone).
     mutating func heardAll(nowMs: UInt64) {
-        for origin in daemons.keys { daemons[origin]!.lastHeardMs = nowMs }
+        for origin in daemons.keys { daemons[origin]!.lastHeardMs = nowMs; daemons[origin]!.lastSeenMs = nowMs }
         returning.removeAll()
     }
 }
@@ -260,7 +314,7 @@ extension ClusterLink {
     /// is announced again with its join, so that the other daemons keep it
     /// (`departed` skips members another origin announced) rather than
     /// sending its leave. Their members see the join twice, with no leave
-    /// between (docs/protocol.md §12). Also after a hand-over whose next
+    /// between (docs/protocol/across-daemons.md §12). Also after a hand-over whose next
     /// process came back later than it announced (the others sent leaves).
     /// Call once the publisher is ready; `after` names the cause in the log.
     func announceRestoredMembers(after cause: String) {
@@ -285,6 +339,10 @@ extension ClusterLink {
         guard connected, now &- lastHeardMs < settings.timeoutMs, now > settings.timeoutMs else { return }
         for origin in remote.silent(since: now - settings.timeoutMs) {
             departed(origin, "was not heard for \(formatDuration(ms: settings.timeoutMs))")
+        }
+        guard now > RemoteDaemons.unannouncedMaxAgeMs else { return }
+        for origin in remote.unannounced(notSeenSince: now - RemoteDaemons.unannouncedMaxAgeMs) {
+            departed(origin, "was never heard on the daemons channel and sent nothing for \(formatDuration(ms: RemoteDaemons.unannouncedMaxAgeMs))")
         }
     }
 

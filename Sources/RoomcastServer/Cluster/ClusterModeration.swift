@@ -46,27 +46,45 @@ extension ClusterLink {
         publisher.command([Array("HGETALL".utf8), channels.moderation], .load)
     }
 
-    /// A message on the control channel (ours come back too: ignored).
+    /// A message on the control channel (ours come back too: ignored),
+    /// taken only within the API's bounds (`ModerationRecord.refusal`).
     func controlMessage(_ payload: UnsafeRawBufferPointer) {
         guard let message = ControlMessage(payload) else {
-            logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
-                               "cluster: dropped a \(payload.count)-byte control message that is not roomcast's", ["REDIS": address.description])
-            return
+            return refuse(.control, "a \(payload.count)-byte control message that is not roomcast's (or outside the API's bounds)")
         }
         guard message.origin != origin else { return }
+        let maxRoom = server.config.protocol.maxRoomBytes
+        switch message.operation {
+        case .set(let record):
+            if let why = record.refusal(wallMs: server.wallClock(), maxRoomBytes: maxRoom) {
+                return refuse(.moderation, "the moderation record \(clipForLog(record.field, maxBytes: 96)) of daemon "
+                              + "\(ClusterEnvelope.hex(message.origin)): \(why)", origin: message.origin)
+            }
+        case .kick(let room, _, _):
+            if room.count > maxRoom {
+                return refuse(.control, "a kick in a room of \(room.count) bytes, over protocol.max_room_bytes (\(maxRoom))", origin: message.origin)
+            }
+        }
         server.applyControl(message, now: nowMs)
     }
 
-    /// The hash as HGETALL answered it; a field that is not ours is skipped (and said once).
+    /// The hash as HGETALL answered it; a field that is not ours, or
+    /// outside the API's bounds, is skipped (said once per load, each
+    /// counted as refused, `moderation`): it is neither taken nor written back.
     func redisModerationLoaded(_ pairs: [(field: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer)]) {
         var records: [ModerationRecord] = []
         records.reserveCapacity(pairs.count)
-        var skipped = 0
+        var skipped = 0, outside = 0
+        let wall = server.wallClock(), maxRoom = server.config.protocol.maxRoomBytes
         for p in pairs {
-            if let r = ModerationRecord(field: p.field, value: p.value) { records.append(r) } else { skipped += 1 }
+            guard let r = ModerationRecord(field: p.field, value: p.value) else { skipped += 1; continue }
+            if r.refusal(wallMs: wall, maxRoomBytes: maxRoom) != nil { outside += 1; continue }
+            records.append(r)
         }
-        if skipped > 0 {
-            logger.warning("cluster: \(skipped) fields of \(String(decoding: channels.moderation, as: UTF8.self)) are not roomcast's; skipped",
+        for _ in 0..<(skipped + outside) { refusals.add(.moderation) }
+        if skipped + outside > 0 {
+            logger.warning("cluster: \(skipped) fields of \(String(decoding: channels.moderation, as: UTF8.self)) are not roomcast's; skipped"
+                           + (outside > 0 ? "; \(outside) outside the API's bounds (a time ahead of this daemon's clock, a room over protocol.max_room_bytes) skipped" : ""),
                            ["REASON": "cluster_bad_message", "REDIS": address.description])
         }
         moderationLoaded = true

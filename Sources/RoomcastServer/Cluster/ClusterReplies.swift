@@ -45,45 +45,45 @@ extension ClusterLink {
         return true
     }
 
-    /// One message from a room channel (`room`: the channel's room) or our
-    /// heartbeat channel (nil). The room a frame goes to is always the
-    /// channel's: an envelope naming another room is dropped and counted
-    /// (`misrouted`), so no subscribed channel can inject into other rooms.
-    /// A message for a room with no member here any more (it was in flight
-    /// when the room closed) is dropped before it creates any state.
+    /// One message from a room channel (`room`: the channel's room) or the
+    /// daemons or our heartbeat channel (nil), taken only as a daemon of
+    /// ours writes it (ClusterInput.swift; anything else is refused,
+    /// `refuse`). The room a frame goes to is always the channel's: an
+    /// envelope naming another room is dropped and counted (`misrouted`),
+    /// so no subscribed channel can inject into other rooms. A message for
+    /// a room with no member here any more (it was in flight when the room
+    /// closed) is dropped before it creates any state.
     private func message(_ payload: UnsafeRawBufferPointer, room channelRoom: UnsafeRawBufferPointer?) {
         let v: ClusterEnvelope.View
         switch ClusterEnvelope.decode(payload) {
         case .success(let view):
             v = view
         case .failure(let error):
-            logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
-                               "cluster: dropped a \(payload.count)-byte message that is not a roomcast envelope: \(error)",
-                               ["REDIS": address.description])
-            return
+            return refuse(.envelope, "a \(payload.count)-byte message that is not a roomcast envelope: \(error)")
         }
         if v.origin == origin {
             if v.kind == .heartbeat { lastHeardMs = nowMs }
             return  // our own frames: relayed here already
         }
         guard let channelRoom else {
+            if v.kind == .littleEndianFrame || v.kind == .bigEndianFrame {
+                return refuse(.kind, "a frame on the daemons channel (frames go on their room's channel)", origin: v.origin)
+            }
+            guard remote.admit(v.origin, nowMs: nowMs) else {
+                return refuse(.origins, "a message of a daemon not known here while \(RemoteDaemons.maxDaemons) are", origin: v.origin)
+            }
             switch v.kind {
             case .heartbeat: heardDaemon(v.origin, advert: v.frame)
             case .bye: departed(v.origin, "stopped (it said bye)")
-            case .counts:
-                if let counts = ClusterCounts.decode(v.frame) {
-                    remote.setCounts(v.origin, counts, nowMs: nowMs)
-                } else {
-                    logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
-                                       "cluster: dropped the viewer counts of daemon \(ClusterEnvelope.hex(v.origin)): cut short",
-                                       ["REDIS": address.description, "ORIGIN": ClusterEnvelope.hex(v.origin)])
-                }
+            case .counts: takeCounts(v.frame, of: v.origin)
             case .handingOver: handingOver(v.origin, graceMs: v.seq)
-            default: break
+            case .littleEndianFrame, .bigEndianFrame: break
             }
             return
         }
-        guard v.kind != .heartbeat && v.kind != .bye && v.kind != .counts && v.kind != .handingOver else { return }
+        guard v.kind == .littleEndianFrame || v.kind == .bigEndianFrame else {
+            return refuse(.kind, "a \(v.kind) envelope on a room channel (only frames go there)", origin: v.origin)
+        }
         guard v.room.elementsEqual(channelRoom) else {
             misrouted &+= 1
             logger.peerWarning(reason: "cluster_bad_message", nowMs: nowMs,
@@ -96,6 +96,13 @@ extension ClusterLink {
         guard hasMembers(room) else {
             stale &+= 1
             return
+        }
+        let order: ByteOrder = v.kind == .littleEndianFrame ? .little : .big
+        if let why = ClusterFrameCheck.refusal(v.frame, order: order, room: room, sub: v.sub, settings: server.relay.settings) {
+            return refuse(why, "a frame to \(room) that no daemon of ours relays (\(why.label))", origin: v.origin)
+        }
+        guard remote.admit(v.origin, nowMs: nowMs, frame: true) else {
+            return refuse(.origins, "a frame of a daemon not known here while \(RemoteDaemons.maxDaemons) are", origin: v.origin)
         }
         switch tracker.check(room: room, origin: v.origin, stream: v.stream, seq: v.seq) {
         case .late:
@@ -112,7 +119,6 @@ extension ClusterLink {
         }
         received &+= 1
         let sender = String(decoding: v.address, as: UTF8.self)
-        let order: ByteOrder = v.kind == .littleEndianFrame ? .little : .big
         track(v.frame, order: order, origin: v.origin, address: sender, sub: v.sub, room: room)
         if !v.sub.isEmpty && server.moderation.count > 0 && moderatedRemote(v.frame, order: order, from: v.origin, sub: v.sub, room: room) {
             return  // logged there
@@ -125,12 +131,26 @@ extension ClusterLink {
         }
     }
 
+    /// A `counts` message of `origin`: its rooms' members, taken within
+    /// `ClusterCounts.decode`'s bounds and `RemoteDaemons.maxCountedRooms`.
+    private func takeCounts(_ payload: UnsafeRawBufferPointer, of origin: UInt64) {
+        switch ClusterCounts.decode(payload, maxRoomBytes: server.config.protocol.maxRoomBytes) {
+        case .success(let counts):
+            if !remote.setCounts(origin, counts, nowMs: nowMs) {
+                refuse(.countsLimit, "the viewer counts of \(plural(counts.count, "room")) of daemon \(ClusterEnvelope.hex(origin)): "
+                       + "more than \(RemoteDaemons.maxCountedRooms) rooms counted over every daemon", origin: origin)
+            }
+        case .failure(let error):
+            refuse(.counts, "the \(payload.count)-byte viewer counts of daemon \(ClusterEnvelope.hex(origin)): \(error)", origin: origin)
+        }
+    }
+
     /// Whether a frame of another daemon is one its sender may not send in
     /// `room` by this daemon's moderation state: anything but a join, a
     /// leave or a heartbeat from a sub muted or banned there (its own
     /// daemon refuses these too, but may not have heard of the mute yet).
     /// A frame in envelope version 1 has no sub and is never held back
-    /// (docs/protocol.md §12).
+    /// (docs/protocol/across-daemons.md §12).
     func moderatedRemote(_ frame: UnsafeRawBufferPointer, order: ByteOrder, from origin: UInt64, sub: UnsafeRawBufferPointer,
                          room: RoomName) -> Bool {
         guard case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max) else { return false }
@@ -185,7 +205,7 @@ extension Server {
     }
 
     /// A frame another daemon relayed to `room`, for the members here
-    /// (docs/protocol.md §12): the same fan-out as local frames, with no
+    /// (docs/protocol/across-daemons.md §12): the same fan-out as local frames, with no
     /// local sender; JSON members see `address` as its `addr`.
     @discardableResult
     func deliverFromCluster(_ frame: UnsafeRawBufferPointer, room: RoomName, address: String) -> Int {

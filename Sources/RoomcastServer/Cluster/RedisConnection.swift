@@ -106,21 +106,29 @@ final class RedisConnection {
     /// (the selector refused a change); acted on by the next timer run.
     var pendingReset: String?
 
-    /// The most bytes one reply may hold before it is whole: a message is a
-    /// frame (`limits.max_frame_bytes`) in an envelope; a server that
-    /// announces more is not one of ours.
+    /// The most bytes one reply may hold, counted twice: the bytes read and
+    /// not yet parsed, and the objects the parser built for it (every
+    /// nested element with its own size, `roomcast_reply_budget`). The
+    /// link sets it per role from what a daemon of ours writes
+    /// (`ClusterLink.init`); a reply over it closes the connection.
     let maxReplyBytes: Int
+    /// The parser's count of the reply being read (outlives `reader`).
+    private let budget: UnsafeMutablePointer<roomcast_reply_budget>
 
     init(role: Role, link: ClusterLink, selector: Selector<Server.Source>, maxReplyBytes: Int) {
         self.role = role
         self.link = link
         self.selector = selector
         self.maxReplyBytes = maxReplyBytes
+        budget = .allocate(capacity: 1)
+        budget.initialize(to: roomcast_reply_budget())
+        budget.pointee.max = maxReplyBytes
         output.reserveCapacity(4096)
     }
 
     deinit {
         if let reader { redisReaderFree(reader) }
+        budget.deallocate()
     }
 
     /// Bytes encoded for Redis and not yet written.
@@ -163,7 +171,7 @@ final class RedisConnection {
             return error.description
         }
         fd = s
-        reader = reader ?? redisReaderCreate()
+        reader = reader ?? roomcast_reader_create(budget)
         state = .connecting
         sinceMs = nowMs
         awaitingSinceMs = nil
@@ -200,6 +208,13 @@ final class RedisConnection {
 
     // MARK: - Readiness, reads and writes
 
+    /// A reply over `maxReplyBytes`: refused (counted, `replySize`) and the connection closed.
+    private func brokeOversized() {
+        link.refuse(.replySize, "a \(role.name) reply of more than \(formatSize(maxReplyBytes)), its elements counted "
+                    + "(not what a daemon of ours writes); the connection is closed")
+        broke("a reply of more than \(formatSize(maxReplyBytes)) (not a roomcast message)", .surprise)
+    }
+
     /// An event of the selector for this connection.
     func ready(_ readiness: Readiness) {
         guard fd >= 0 else { return }
@@ -231,9 +246,7 @@ final class RedisConnection {
                 let fed = input.withUnsafeBytes { redisReaderFeed(reader, $0.baseAddress!.assumingMemoryBound(to: CChar.self), n) }
                 if fed != REDIS_OK { return broke(Self.readerError(reader), .surprise) }
                 guard takeReplies() else { return }
-                if roomcast_reader_buffered(reader) > maxReplyBytes {
-                    return broke("a reply of more than \(formatSize(maxReplyBytes)) (not a roomcast message)", .surprise)
-                }
+                if roomcast_reader_buffered(reader) > maxReplyBytes { return brokeOversized() }
                 if n < Self.readSize { return }
             case .wouldBlock:
                 return
@@ -253,7 +266,7 @@ final class RedisConnection {
         while let reader {
             var object: UnsafeMutableRawPointer?
             guard redisReaderGetReply(reader, &object) == REDIS_OK else {
-                broke(Self.readerError(reader), .surprise)
+                if budget.pointee.exceeded != 0 { brokeOversized() } else { broke(Self.readerError(reader), .surprise) }
                 return false
             }
             guard let object else { return true }

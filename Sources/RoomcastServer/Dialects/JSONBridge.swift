@@ -1,7 +1,7 @@
 import FoundationEssentials
 import RoomcastCore
 
-// JSONBridge.swift owns everything JSON (docs/protocol.md §7): the dialect
+// JSONBridge.swift owns everything JSON (docs/protocol/json.md §7): the dialect
 // (decoding commands, encoding broadcasts), the bridge of commands into the
 // relay as LTB frames, and the size limits across the two dialects. The
 // translation of relayed frames for JSON recipients is called from the
@@ -141,13 +141,13 @@ enum JSONDialect {
     }
 }
 
-/// Why a JSON body was refused; counted as a violation (docs/protocol.md §7).
+/// Why a JSON body was refused; counted as a violation (docs/protocol/json.md §7).
 struct JSONBodyError: Error, Equatable {
     var reason: String
 }
 
 extension Server {
-    /// One JSON command (docs/protocol.md §7): it becomes the LTB frame it
+    /// One JSON command (docs/protocol/json.md §7): it becomes the LTB frame it
     /// stands for and goes through the same relay, so both dialects share
     /// rooms; JSON recipients get it translated back by the fan-out.
     func handleJSONCommand(_ id: Int, _ body: UnsafeRawBufferPointer, now: UInt64) {
@@ -194,7 +194,7 @@ extension Server {
         if case .rejected = event { handleRejected(id, event, type: nil, now: now); return }
         if let pendingSession, case .joined = event { commitSession(id, pendingSession) }
         if case .left(room: .some, _) = event, s.echo {
-            // docs/protocol.md §7: the leave goes to every client including
+            // docs/protocol/json.md §7: the leave goes to every client including
             // the sender, which the relay has already taken out of the room.
             _ = frame.withUnsafeBytes { table.fanout.broadcast($0, from: id, to: [id], except: -1) }
         }
@@ -202,7 +202,7 @@ extension Server {
     }
 
     /// Whether the frame a JSON command stands for can reach every client:
-    /// its LTB form within `protocol.max_frame_bytes` (docs/protocol.md §1)
+    /// its LTB form within `protocol.max_frame_bytes` (docs/protocol/ltb.md §1)
     /// and its JSON broadcast within `json.max_frame_bytes`. Each command was
     /// within the JSON limit, but nickname and content together, or the
     /// added `from`/`addr`, can pass either. If not, the command is dropped

@@ -2,7 +2,7 @@ import Glibc
 import RoomcastCore
 import RoomcastIO
 
-// HandOver.swift owns restarts that keep every client connected (docs/operations.md,
+// HandOver.swift owns restarts that keep every client connected (docs/operations/restarts.md,
 // "Restarts, upgrades and crashes"). Every SIGTERM under a unit with an fd
 // store is a hand-over: the process stops accepting and reading, flushes
 // what the clients are owed while they take it (`HandOverControl`), and
@@ -75,7 +75,7 @@ struct HandOverControl {
     /// (its owed output is handed over, and kept on a restart).
     var flushIdleMs: UInt64 = 50
     /// The flush gives up after this long in any case, in ms: the drain of a
-    /// stop (docs/protocol.md, section 10: up to 5 s).
+    /// stop (docs/protocol/clients.md, section 10: up to 5 s).
     var flushLimitMs: UInt64 = Server.drainTimeoutMs
     /// When the process stopped reading, on its monotonic clock, in ms.
     var stoppedReadingMs: UInt64 = 0

@@ -1,7 +1,7 @@
 import Glibc
 import RoomcastIO
 
-/// A box of client descriptors (docs/operations.md, "Restarts, upgrades and crashes"): the receive
+/// A box of client descriptors (docs/operations/restarts.md, "Restarts, upgrades and crashes"): the receive
 /// queue of an AF_UNIX stream socketpair, holding the descriptors in flight
 /// (SCM_RIGHTS), 253 per message with their keys as the message's bytes
 /// (little-endian, one per descriptor, in the same order; u32 for a

@@ -1,7 +1,7 @@
 import RoomcastCore
 
 // HandOverBudget.swift: what keeping the clients through restarts and
-// crashes needs (docs/operations.md, "Restarts, upgrades and crashes"), compared at
+// crashes needs (docs/operations/restarts.md, "Restarts, upgrades and crashes"), compared at
 // start with what the unit gives, so that an operator learns at start, in
 // one line with the numbers, that a configuration cannot hold, instead of
 // an error per loop turn later.

@@ -10,7 +10,7 @@ extension Server {
     /// `ids` less the connections owing the most output, as many as it takes
     /// for the state to stay under `HandOverControl.maxStateBytes` (the
     /// next process refuses a larger one, and every record in it): those
-    /// are closed, as slow consumers are (docs/protocol.md §6), and logged.
+    /// are closed, as slow consumers are (docs/protocol/rooms.md §6), and logged.
     /// - Parameter besides: bytes of the state's other records (the cluster's).
     func fitStateLimit(_ ids: [Int], besides: Int = 0) -> [Int] {
         func bytes(_ id: Int) -> Int {

@@ -112,7 +112,7 @@ extension Server {
             restored += 1
             if record == nil { fresh += 1 }
         }
-        // Rooms go on with their epoch, numbers and recent lines (docs/protocol.md §4).
+        // Rooms go on with their epoch, numbers and recent lines (docs/protocol/positions.md §4).
         for stream in previous?.rooms ?? [] { relay.adopt(stream) }
         if fresh > 0 && previous != nil {
             logger.warning("\(plural(fresh, "handed-over connection")) had no state: served as new connections", ["REASON": "handover_state_missing"])
@@ -172,7 +172,7 @@ extension Server {
             setWriteInterest(id, true)  // armed while the queue holds a backlog (Output.swift)
         }
         if let elapsed = r.softLimitElapsedMs, !r.output.isEmpty {
-            // The slow-consumer clock goes on where it was (docs/protocol.md §6).
+            // The slow-consumer clock goes on where it was (docs/protocol/rooms.md §6).
             table.fanout.outboxes[id].softSinceMs = now &- min(UInt64(elapsed), now)
             watch.overSoft.append(id)
             table.fanout.someoneSlow = true
@@ -186,7 +186,7 @@ extension Server {
         return id
     }
 
-    /// A WebSocket connection's protocol state back (docs/protocol.md §15):
+    /// A WebSocket connection's protocol state back (docs/protocol/websocket.md §15):
     /// the phase, subprotocol and decoder it had, so that its unconsumed
     /// bytes (`input`) go on where they were; once upgraded, its silence is
     /// counted as before the restart (`Heartbeats.restore`), and pings go on

@@ -3,7 +3,7 @@ import RoomcastCore
 import RoomcastIO
 
 // LiveStore.swift owns the crash path of a restart that keeps the clients
-// (docs/operations.md, "Restarts, upgrades and crashes"): a
+// (docs/operations/restarts.md, "Restarts, upgrades and crashes"): a
 // SIGKILL, a watchdog abort or a trap gives no chance to hand anything
 // over, so what a crash must not lose is in systemd's fd store all along:
 //
@@ -205,7 +205,7 @@ extension Server {
         let serial = live.slots[id].serial
         live.toBox.append((serial, c.fd))
         logLive(LiveLog.open(serial, dialect: c.dialect.handedOver, address: c.address))
-        // The default room (docs/protocol.md §4); a WebSocket connection is upgrading (`open` says so), in none yet.
+        // The default room (docs/protocol/rooms.md §4); a WebSocket connection is upgrading (`open` says so), in none yet.
         if c.dialect != .webSocket { logLive(LiveLog.room(serial, room: relay.roomName(of: id), identity: nil)) }
     }
 

@@ -1,7 +1,7 @@
 import RoomcastCore
 
 // Moderation.swift: bans, mutes and slow mode on the daemon's input path
-// (docs/api.md "Moderation", docs/protocol.md §13): a banned sub is removed
+// (docs/api.md "Moderation", docs/protocol/tokens.md §13): a banned sub is removed
 // from its room and its joins there are refused, a muted one may not send,
 // a viewer in a slow room sends one text per interval. None of these
 // refusals counts as a violation (`protocol.max_violations`): the client
@@ -121,7 +121,7 @@ extension Server {
     }
 
     /// A ban, mute, removal or setting taken here goes into the live log,
-    /// so that a crash keeps it (docs/operations.md; without a cluster
+    /// so that a crash keeps it (docs/operations/restarts.md; without a cluster
     /// nothing else holds it).
     func logModeration(_ record: ModerationRecord) { logLive(LiveLog.moderation(record)) }
 

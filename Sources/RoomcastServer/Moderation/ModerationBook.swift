@@ -16,7 +16,7 @@ struct ModerationBook {
     /// Rooms with a setting (slow mode) at most.
     static let maxRoomSettings = 100_000
     /// The longest ban or mute, in s (14 days; docs/api.md).
-    static let maxSeconds = 1_209_600
+    static let maxSeconds = ModerationRecord.maxSeconds
     /// The longest reason, in bytes of UTF-8.
     static let maxReasonBytes = ModerationRecord.maxReasonBytes
     /// Slow mode's interval: 0 (off) or 3 ... 120 s (docs/api.md).
@@ -50,6 +50,8 @@ struct ModerationBook {
     private var free: [Int] = []
     private var index: [ModerationKey: Int] = [:]
     private var perRoom: [RoomName: Int] = [:]
+    /// Every key of `index`, in listing order (``ListKey``): the pages of the API's listings.
+    private var order = OrderedIndex<ListKey>()
     private var wheel: TimingWheel
     /// Rooms' slow mode in s (absent: off), and when it was set (wall ms).
     private(set) var slowMode: [RoomName: (seconds: Int, setMs: Int64)] = [:]
@@ -74,8 +76,35 @@ struct ModerationBook {
 
     /// The entries of `kind` in `room` in force at `wallMs`, by sub's bytes. O(entries).
     func list(_ kind: ModerationKind, room: RoomName, wallMs: Int64) -> [Entry] {
-        index.compactMap { key, slot in key.kind == kind && key.room == room ? slots[slot].flatMap { $0.untilMs > wallMs ? $0 : nil } : nil }
-            .sorted { $0.key.sub.lexicographicallyPrecedes($1.key.sub) }
+        page(kind, room: room, after: [], limit: Int.max, wallMs: wallMs).entries
+    }
+
+    /// A page of ``list(_:room:wallMs:)``: at most `limit` entries whose sub
+    /// follows `after` (empty: from the first), and whether more follow
+    /// (docs/api.md's cursor). O(log n + limit + expired entries not yet
+    /// forgotten, at most a wheel tick's worth) over ``order``.
+    func page(_ kind: ModerationKind, room: RoomName, after: [UInt8], limit: Int, wallMs: Int64) -> (entries: [Entry], more: Bool) {
+        let from = ListKey(kind: kind.rawValue, room: room.bytes, sub: after)
+        let got = order.page(after: from, inclusive: after.isEmpty, limit: limit,
+                             stop: { $0.kind != from.kind || $0.room != from.room },
+                             include: { active(ModerationKey(kind, room: room, sub: $0.sub), wallMs: wallMs) != nil })
+        return (got.keys.map { slots[index[ModerationKey(kind, room: room, sub: $0.sub)]!]! }, got.more)
+    }
+
+    /// The listing order: kind, room, then sub, each by its bytes.
+    struct ListKey: Comparable {
+        var kind: String
+        var room: [UInt8]
+        var sub: [UInt8]
+
+        init(kind: String, room: [UInt8], sub: [UInt8]) { self.kind = kind; self.room = room; self.sub = sub }
+        init(_ key: ModerationKey) { self.init(kind: key.kind.rawValue, room: key.room.bytes, sub: key.sub) }
+
+        static func < (a: ListKey, b: ListKey) -> Bool {
+            if a.kind != b.kind { return a.kind < b.kind }
+            if a.room != b.room { return a.room.lexicographicallyPrecedes(b.room) }
+            return a.sub.lexicographicallyPrecedes(b.sub)
+        }
     }
 
     /// Sets (or replaces) an entry. A later `setMs` wins over an earlier
@@ -102,6 +131,7 @@ struct ModerationBook {
             slots.append(entry)
         }
         index[entry.key] = slot
+        order.insert(ListKey(entry.key))
         perRoom[entry.key.room, default: 0] += 1
         wheel.schedule(slot, at: deadline(entry, nowMs: nowMs, wallMs: wallMs))
     }
@@ -210,6 +240,7 @@ struct ModerationBook {
         free.append(slot)
         wheel.cancel(slot)
         index[e.key] = nil
+        order.remove(ListKey(e.key))
         if perRoom[e.key.room, default: 1] <= 1 { perRoom[e.key.room] = nil } else { perRoom[e.key.room]! -= 1 }
         return e
     }

@@ -3,7 +3,7 @@ import RoomcastCore
 import RoomcastIO
 
 /// Connections accepted on a listener with `proxy_protocol = yes` whose
-/// PROXY header (docs/protocol.md §14) has not arrived yet. They are not
+/// PROXY header (docs/protocol/proxy.md §14) has not arrived yet. They are not
 /// clients: no slot in the connection table, no room, no heartbeat, no
 /// per-IP count, until the header names the client. Each has
 /// `headerTimeoutMs` to send it.
@@ -21,7 +21,7 @@ struct PendingProxyHeaders {
         var registration: Registration?
     }
 
-    /// Time to send a complete header, in ms (docs/protocol.md §14).
+    /// Time to send a complete header, in ms (docs/protocol/proxy.md §14).
     static let headerTimeoutMs: UInt64 = 5_000
     /// Proxies remembered for the once-a-minute refusal log line, at most.
     static let refusalMemory = 4_096

@@ -31,12 +31,12 @@ enum ConnectionState: Equatable {
 
 /// The protocol a listener speaks.
 enum Dialect: Equatable {
-    /// Length-type-body frames with proto2 bodies (docs/protocol.md §1-§3).
+    /// Length-type-body frames with proto2 bodies (docs/protocol/ltb.md §1-§3).
     case ltb
-    /// Length + JSON frames (docs/protocol.md §7).
+    /// Length + JSON frames (docs/protocol/json.md §7).
     case json
     /// RFC 6455 WebSocket: an HTTP upgrade, then frames carrying JSON or LTB
-    /// messages (docs/protocol.md §15).
+    /// messages (docs/protocol/websocket.md §15).
     case webSocket
 
     /// `ltb`, `json` or `websocket`: the `PROTOCOL` journal field, the
@@ -91,7 +91,7 @@ struct Connection {
     let dialect: Dialect
     /// The peer, `1.2.3.4:P` or `[::1]:P`; the `CLIENT_ADDR` journal field.
     let address: String
-    /// A JSON client's nickname once it sent `nickname` (docs/protocol.md §7).
+    /// A JSON client's nickname once it sent `nickname` (docs/protocol/json.md §7).
     var nickname: String?
     /// Rate limits (`[limits] frames_per_second`, `bytes_per_second`); nil: off.
     var frameBucket: TokenBucket?
@@ -106,7 +106,7 @@ struct Connection {
     /// Why it ends, when the server decided it (a kick, an eviction, an
     /// expiry) and the close text would not say; else the text is classified.
     var disconnectReason: DisconnectReason?
-    /// What its last accepted token proved (docs/protocol.md §13); nil: no token.
+    /// What its last accepted token proved (docs/protocol/tokens.md §13); nil: no token.
     var auth: AuthSession?
     /// When its last text passed slow mode, in ms (Moderation/Moderation.swift).
     var lastTextMs: UInt64?

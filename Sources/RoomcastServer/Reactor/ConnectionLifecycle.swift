@@ -3,7 +3,7 @@ import RoomcastIO
 
 // ConnectionLifecycle.swift owns a connection's life from its first
 // registration to its reap: open (after admission), EOF, drain, leave
-// (the synthesized leave of docs/protocol.md §4), eviction and the reap
+// (the synthesized leave of docs/protocol/rooms.md §4), eviction and the reap
 // that closes the descriptor. States change only through
 // `ConnectionTable.transition`; descriptors are closed only in `reap` and
 // at the end of a stop (Lifecycle.swift).
@@ -13,7 +13,7 @@ extension Server {
     static let drainTimeoutMs: UInt64 = 5_000
 
     /// Takes an admitted socket into the table, the selector, the relay (the
-    /// default room, docs/protocol.md §4) and the heartbeat wheels.
+    /// default room, docs/protocol/rooms.md §4) and the heartbeat wheels.
     /// - Returns: the connection id, or nil if epoll refused the descriptor
     ///   (then it is closed).
     @discardableResult
@@ -83,7 +83,7 @@ extension Server {
     }
 
     /// Tells the relay the connection is gone: its room hears the
-    /// synthesized leave (docs/protocol.md §4). The relay forgets a
+    /// synthesized leave (docs/protocol/rooms.md §4). The relay forgets a
     /// connection once, so a second call does nothing.
     func depart(_ id: Int) {
         let (room, n) = relay.disconnect(id, sink: table.fanout)
@@ -95,7 +95,7 @@ extension Server {
 
     /// A heartbeat deadline passed (Heartbeats.swift): closed if still open.
     /// An upgraded WebSocket gets a close frame with 1011 first, an upgrade
-    /// still under way a 408 answer (docs/protocol.md §15), each flushed
+    /// still under way a 408 answer (docs/protocol/websocket.md §15), each flushed
     /// within the drain timeout.
     func evict(_ id: Int, _ reason: String) {
         table.slots[id]?.disconnectReason = .heartbeatTimeout

@@ -94,7 +94,7 @@ final class ConnectionTable {
         slots.indices.contains(id) ? slots[id]?.address ?? "" : ""
     }
 
-    /// The verified sub of connection `id` (signed joins, docs/protocol.md
+    /// The verified sub of connection `id` (signed joins, docs/protocol/tokens.md
     /// §13); "" for none, or for an id that is no connection (an API publish).
     func sub(of id: Int) -> String {
         slots.indices.contains(id) ? slots[id]?.auth?.claims.sub ?? "" : ""

@@ -6,13 +6,13 @@ import RoomcastIO
 /// frames of its room adjacent in its form's region, whatever forms the
 /// room's other members take.
 enum BatchForm: Int, CaseIterable {
-    /// The LTB frame as read (LTB listeners, docs/protocol.md §2).
+    /// The LTB frame as read (LTB listeners, docs/protocol/ltb.md §2).
     case ltb
-    /// Its JSON-dialect frame (docs/protocol.md §7).
+    /// Its JSON-dialect frame (docs/protocol/json.md §7).
     case json
-    /// A WebSocket binary message of the LTB frame (`roomcast.ltb.v1`, docs/protocol.md §15).
+    /// A WebSocket binary message of the LTB frame (`roomcast.ltb.v1`, docs/protocol/websocket.md §15).
     case webSocketBinary
-    /// A WebSocket text message of the JSON body (`roomcast.json.v1`, docs/protocol.md §15).
+    /// A WebSocket text message of the JSON body (`roomcast.json.v1`, docs/protocol/websocket.md §15).
     case webSocketText
 }
 
@@ -46,7 +46,7 @@ struct Outbox {
     /// The connection's state (written only by `ConnectionTable.transition`);
     /// nil for a free slot. Frames are queued only for `.open` and `.draining`.
     var state: ConnectionState?
-    /// Gets the JSON form of frames (docs/protocol.md §7).
+    /// Gets the JSON form of frames (docs/protocol/json.md §7).
     var json = false
     /// A WebSocket connection: its stream holds HTTP answers, then, once
     /// upgraded, WebSocket frames.
@@ -54,11 +54,11 @@ struct Outbox {
     /// An upgraded WebSocket connection: after its first `torn` bytes (the
     /// 101 answer, when queued) its stream is WebSocket frames, whose torn
     /// frame is always kept (a slow consumer gets the rest of its frame
-    /// before the close frame 1013, docs/protocol.md §15).
+    /// before the close frame 1013, docs/protocol/websocket.md §15).
     var webSocketFramed = false
     /// An upgraded WebSocket connection's subprotocol: it gets each frame as
     /// a text frame of its JSON form (`.json`) or a binary frame of the LTB
-    /// frame (`.ltb`), docs/protocol.md §15; nil: not (yet) taking frames in
+    /// frame (`.ltb`), docs/protocol/websocket.md §15; nil: not (yet) taking frames in
     /// a WebSocket form.
     var webSocketForm: WebSocketSubprotocol?
     /// The connection's OpenSSL session (`SSL *`) when it speaks TLS: its
@@ -104,7 +104,7 @@ struct Outbox {
 ///   alone (`unicast`) go to its queue, so they never come between the
 ///   frames of a region.
 ///
-/// The hard output limit (docs/protocol.md §6) counts what a recipient
+/// The hard output limit (docs/protocol/rooms.md §6) counts what a recipient
 /// holds of its own after the kernel took what it could: its queue, once
 /// this pass's send was tried. Its range of the batch does not count
 /// before that send: the batch is stored once for everyone, and a reader
@@ -180,7 +180,7 @@ final class Fanout: FrameSink {
     var remoteSenderAddress = ""
     /// Keep `Outbox.torn` (the crash path is on, LiveStore.swift).
     var tracksTornFrames = false
-    /// `limits.shed = text` (docs/protocol.md §6, "Shedding"): text frames
+    /// `limits.shed = text` (docs/protocol/rooms.md §6, "Shedding"): text frames
     /// sent by others are not given to a connection whose backlog is above
     /// `output_soft_bytes` (its `softSinceMs` is set, by `write` after its
     /// last send). Read once per broadcast.
@@ -217,7 +217,7 @@ final class Fanout: FrameSink {
     /// Upgraded WebSocket connections whose own backlog passed
     /// `output_hard_bytes` in this pass, with that backlog in bytes: their
     /// queue holds only the rest of their torn frame now, and the server
-    /// queues the close frame 1013 and drains them (docs/protocol.md §15)
+    /// queues the close frame 1013 and drains them (docs/protocol/websocket.md §15)
     /// before the next flush of the pass (`Server.reapAndFlush`).
     var slowWebSockets: [(id: Int, pending: Int)] = []
 
@@ -251,7 +251,7 @@ final class Fanout: FrameSink {
         var jsonTooLarge: Int?
         let jsonLimit = jsonMaxFrameBytes
         var count = 0
-        // Shedding (docs/protocol.md §6): the type is read once per broadcast;
+        // Shedding (docs/protocol/rooms.md §6): the type is read once per broadcast;
         // only a text broadcast pays a comparison per recipient.
         let sheds = shedsText && someoneSlow && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
         var shed: [Int] = []
@@ -449,7 +449,7 @@ final class Fanout: FrameSink {
     }
 
     /// Forgets the batch range of `box` (a recipient being closed: what it
-    /// was owed is lost, docs/protocol.md §6).
+    /// was owed is lost, docs/protocol/rooms.md §6).
     private func dropRange(_ box: inout Outbox) {
         box.batchStart = 0
         box.batchEnd = 0
@@ -476,7 +476,7 @@ final class Fanout: FrameSink {
 
     /// Keeps of what `id` is owed only the rest of the frame the kernel took
     /// part of (nothing when none), for a slow WebSocket consumer about to
-    /// get its close frame (docs/protocol.md §15); it takes no more relayed
+    /// get its close frame (docs/protocol/websocket.md §15); it takes no more relayed
     /// frames from now on.
     func keepTornOnly(_ id: Int) { keepTornOnly(&outboxes[id]) }
 
@@ -562,7 +562,7 @@ final class Fanout: FrameSink {
     }
 
     /// Closes `id`, whose own backlog passed `output_hard_bytes`, with the
-    /// warning the operator sees (docs/protocol.md §6).
+    /// warning the operator sees (docs/protocol/rooms.md §6).
     private func closeOverLimit(_ id: Int, pending: Int) {
         if outboxes[id].webSocketFramed {
             slowWebSockets.append((id, pending))  // its close frame is queued by the server
@@ -572,7 +572,7 @@ final class Fanout: FrameSink {
     }
 
     /// Why a connection with `pending` bytes of its own backlog is closed
-    /// for `output_hard_bytes` (docs/protocol.md §6).
+    /// for `output_hard_bytes` (docs/protocol/rooms.md §6).
     func overLimitText(pending: Int) -> String {
         "slow consumer: \(pending) bytes pending after the kernel took what it could, over "
             + "output_hard_bytes (\(formatSize(outputHardBytes)))"
@@ -615,7 +615,7 @@ final class Fanout: FrameSink {
     /// pending output goes above `softBytes` and stops when it is below.
     /// When what the kernel refused is more than `output_hard_bytes`, the
     /// connection is closed instead (`.overLimit`) and nothing is copied:
-    /// docs/protocol.md §6 counts its own backlog after this send, never
+    /// docs/protocol/rooms.md §6 counts its own backlog after this send, never
     /// the pass's range before it.
     func write(_ id: Int, keepCapacity: Int, softBytes: Int = .max, nowMs: UInt64 = 0) -> Written {
         var retain = false

@@ -1,6 +1,6 @@
 import RoomcastCore
 
-/// Every heartbeat deadline of the daemon (docs/protocol.md §5), behind one
+/// Every heartbeat deadline of the daemon (docs/protocol/rooms.md §5), behind one
 /// type: three liveness trackers on hashed timing wheels.
 ///
 /// - `ltb`: LTB clients, `[heartbeat] timeout` of silence.
@@ -12,7 +12,7 @@ import RoomcastCore
 /// - `webSocketUpgrade`: WebSocket connections whose HTTP upgrade is not
 ///   complete, `upgradeTimeoutMs` from accept. Once upgraded they are on
 ///   `ltb`: any frame (a pong included) is proof of life within
-///   `[heartbeat] timeout` (docs/protocol.md §15).
+///   `[heartbeat] timeout` (docs/protocol/websocket.md §15).
 ///
 /// It owns deadlines only: it never closes anything; `expire` tells the
 /// caller whom to evict and why. All times are ms on the server's clock.
@@ -21,7 +21,7 @@ struct Heartbeats {
     var json: LivenessTracker
     var jsonPartial: LivenessTracker
     var webSocketUpgrade: LivenessTracker
-    /// How long a WebSocket upgrade may take from accept, in ms (docs/protocol.md §15).
+    /// How long a WebSocket upgrade may take from accept, in ms (docs/protocol/websocket.md §15).
     static let upgradeTimeoutMs: UInt64 = 5_000
     private var expired: [Int] = []
 

@@ -14,7 +14,7 @@ protocol InputCodec {
     static var dialect: Dialect { get }
     /// Bytes before the body.
     static var headerSize: Int { get }
-    /// The largest body accepted, in bytes (docs/protocol.md §1, §7).
+    /// The largest body accepted, in bytes (docs/protocol/ltb.md §1, §7).
     static func maxFrameBytes(_ config: Config) -> Int
     /// Peeks at the start of `bytes`: a whole frame, not yet, or a header
     /// that claims more than `maxFrameBytes` (nothing is allocated for it).
@@ -25,7 +25,7 @@ protocol InputCodec {
     static func handle(_ server: Server, _ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64)
 }
 
-/// Length-type-body frames (docs/protocol.md §1): relayed as received.
+/// Length-type-body frames (docs/protocol/ltb.md §1): relayed as received.
 enum LTBInput: InputCodec {
     static var dialect: Dialect { .ltb }
     static var headerSize: Int { FrameCodec.headerSize }
@@ -41,7 +41,7 @@ enum LTBInput: InputCodec {
     }
 }
 
-/// Length + JSON frames (docs/protocol.md §7): each command is bridged (JSONBridge.swift).
+/// Length + JSON frames (docs/protocol/json.md §7): each command is bridged (JSONBridge.swift).
 enum JSONInput: InputCodec {
     static var dialect: Dialect { .json }
     static var headerSize: Int { JSONFrameCodec.headerSize }
@@ -192,7 +192,7 @@ extension Server {
         return offset
     }
 
-    /// One LTB frame into the relay (docs/protocol.md §2-§4).
+    /// One LTB frame into the relay (docs/protocol/ §2-§4).
     func relayFrame(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, now: UInt64) {
         if auth.active(config) {
             switch authorize(id, type: type, frame: frame, now: now) {
@@ -206,7 +206,7 @@ extension Server {
     }
 
     /// A join whose token verified: relayed while `joining` names its sub
-    /// (the cluster envelope carries it, docs/protocol.md §12), and its
+    /// (the cluster envelope carries it, docs/protocol/across-daemons.md §12), and its
     /// session committed once the relay took the join. Apart from
     /// `relayFrame`, so that every other frame pays nothing for it (it cost
     /// 7 instructions per delivery inline: a copy of the session per frame).
@@ -252,7 +252,7 @@ extension Server {
     }
 
     /// A header claimed more than the limit: the stream cannot be trusted any
-    /// further, so only this client is closed (docs/protocol.md §1).
+    /// further, so only this client is closed (docs/protocol/ltb.md §1).
     private func frameTooLarge(_ id: Int, claimed: UInt32, limit: Int, now: UInt64) {
         let address = table.address(of: id)
         logger.peerWarning(reason: "frame_too_large", nowMs: now,
@@ -275,7 +275,7 @@ extension Server {
         if disconnect {
             let why = "\(violations) bad frames (protocol.max_violations = \(max))"
             if table.slots[id]!.webSocket?.isOpen == true {
-                closeWebSocket(id, .policyViolation, why)  // a close frame first (docs/protocol.md §15)
+                closeWebSocket(id, .policyViolation, why)  // a close frame first (docs/protocol/websocket.md §15)
             } else {
                 table.close(id, why)
             }

@@ -126,7 +126,7 @@ extension Server {
             // Everybody is leaving: no synthesized leaves to a room about to close.
             relay.forget(id)
             if table.slots[id]!.webSocket?.isOpen == true {
-                // RFC 6455 §7.4.1: 1001, the server is going away (docs/protocol.md §15).
+                // RFC 6455 §7.4.1: 1001, the server is going away (docs/protocol/websocket.md §15).
                 table.fanout.unicast(WebSocketFrameEncoder.close(.goingAway, reason: "server stopping"), to: id)
             }
             if table.fanout.outboxes[id].pending == 0 {

@@ -20,7 +20,7 @@ extension Server {
     /// this pass's frames); arms EPOLLOUT only when the kernel refused
     /// bytes, disarms it when the queue drains. A draining connection that
     /// is done is closed; one whose own backlog is then over
-    /// `output_hard_bytes` is closed by the fan-out (docs/protocol.md §6).
+    /// `output_hard_bytes` is closed by the fan-out (docs/protocol/rooms.md §6).
     func flush(_ id: Int, now: UInt64) {
         switch table.fanout.write(id, keepCapacity: Self.retainedOutputBytes, softBytes: config.limits.outputSoftBytes, nowMs: now) {
         case .nothing:
@@ -97,7 +97,7 @@ extension Server {
         fanout.endPass()
     }
 
-    /// docs/protocol.md §6: above `output_soft_bytes` for
+    /// docs/protocol/rooms.md §6: above `output_soft_bytes` for
     /// `output_soft_seconds`, a connection is closed.
     func checkSoftLimits(now: UInt64) {
         let soft = config.limits.outputSoftBytes
@@ -127,7 +127,7 @@ extension Server {
         if watch.overSoft.isEmpty { table.fanout.someoneSlow = false }
     }
 
-    /// Logs the shedding episodes (docs/protocol.md §6, "Shedding") that
+    /// Logs the shedding episodes (docs/protocol/rooms.md §6, "Shedding") that
     /// started (REASON=shedding) and ended (REASON=shedding_ended, with the
     /// count) since the last call, and queues for each that ended the notice
     /// `skipped` whose `count` is the texts withheld, in the client's dialect.
@@ -169,7 +169,7 @@ extension Server {
         closeSlowWebSocket(id)
     }
 
-    /// docs/protocol.md §15: a slow WebSocket consumer, whose queue now holds
+    /// docs/protocol/websocket.md §15: a slow WebSocket consumer, whose queue now holds
     /// only the rest of the frame it is receiving (`Fanout.keepTornOnly`),
     /// gets the close frame 1013 after it; its room hears the leave now and
     /// the socket is closed once that is written, or at the drain deadline

@@ -1,7 +1,7 @@
 /// The connections whose output has a deadline, checked on the loop's
 /// tick (Server.runTimers), and the schedule of the idle-buffer sweep:
 /// slow consumers above `output_soft_bytes` (Output.swift,
-/// `checkSoftLimits`; docs/protocol.md §6) and connections flushing what
+/// `checkSoftLimits`; docs/protocol/rooms.md §6) and connections flushing what
 /// they are owed before they close (ConnectionLifecycle.swift,
 /// `checkDrainDeadlines`). A class, so that one list is changed while the
 /// other is read (a close during the walk) without an overlapping access.

@@ -76,7 +76,7 @@ public final class Server {
     /// While the relay handles a signed join: the joining connection and
     /// the sub of the token it just proved, which the connection holds
     /// only once the relay has joined it (`commitSession`). The cluster
-    /// publishes that join with this sub (docs/protocol.md §12).
+    /// publishes that join with this sub (docs/protocol/across-daemons.md §12).
     var joining: (id: Int, sub: String)?
     var heartbeats: Heartbeats
     var status = StatusReporter()
@@ -201,6 +201,7 @@ public final class Server {
     /// - Returns: false when the graceful stop is complete.
     /// - Throws: `SystemError` from epoll_wait(2).
     func runOnce(maxWaitMs: UInt64 = maxWaitMs) throws(SystemError) -> Bool {
+        if !api.again.isEmpty { answerAPIAgain() }  // requests read already wake no epoll; one batch a turn each
         let timeout = min(waitTimeout(now: clock()), maxWaitMs)
         cluster?.beforeWait()  // what this turn published or subscribed: one write per Redis connection
         let waitStartUs = Sys.monotonicUsec()
@@ -222,7 +223,7 @@ public final class Server {
         if !tls.readAgain.isEmpty { readTLSAgain() }  // bytes inside OpenSSL wake no epoll
         let now = clock()
         runTimers(now: now)
-        if relay.positionsDue { relay.sendPositions(sink: table.fanout) }  // after this pass's frames (docs/protocol.md §4)
+        if relay.positionsDue { relay.sendPositions(sink: table.fanout) }  // after this pass's frames (docs/protocol/positions.md §4)
         reapAndFlush(now: now)
         systemd.flushPending()  // notifications that found PID 1's queue full (never blocks)
         logger.flushPending()  // log output journald or stderr did not take (never blocks)
@@ -244,6 +245,7 @@ public final class Server {
         if listeners.pending.count > 0, let due = listeners.pending.nextDeadline() { deadline = min(deadline, due) }
         if tls.pending.count > 0, let due = tls.pending.nextDeadline() { deadline = min(deadline, due) }
         if !tls.readAgain.isEmpty { deadline = now }
+        if !api.again.isEmpty { deadline = now }
         if let end = stop.gracefulDeadlineMs { deadline = min(deadline, end) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }

@@ -11,7 +11,7 @@ enum Socket {
     /// SO_SNDBUF of every client socket (the kernel doubles it: 128 KiB).
     /// Left to autotuning, a client that reads slowly but steadily lets the
     /// kernel queue grow to tcp_wmem's maximum (4 MiB per socket), where the
-    /// output limits (docs/protocol.md §6) never see it: the backlog must
+    /// output limits (docs/protocol/rooms.md §6) never see it: the backlog must
     /// build up in the daemon's own output buffer, which the limits count.
     static let clientSendBuffer: Int32 = 64 * 1024
 

@@ -3,7 +3,7 @@ import RoomcastCore
 // ViewerNotices.swift: viewer counts (members here plus those the other
 // daemons of the cluster report, Cluster/ClusterMembers.swift), and the
 // notice `viewers` that tells a room its count every `[rooms] counts`
-// when it changed (docs/protocol.md §13): one sweep over the rooms, no
+// when it changed (docs/protocol/notices.md §13): one sweep over the rooms, no
 // timer per room.
 
 extension Server {

@@ -4,7 +4,7 @@ import RoomcastCore
 import RoomcastIO
 import RoomcastCrypto
 
-/// The daemon's TLS state (`[tls]`, docs/protocol.md §16): the context new
+/// The daemon's TLS state (`[tls]`, docs/protocol/tls.md §16): the context new
 /// connections are made from, the handshakes in progress, the connections
 /// whose OpenSSL buffers hold bytes epoll cannot see, and the counters of
 /// STATUS and the stats line.

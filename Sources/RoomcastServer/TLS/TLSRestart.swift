@@ -2,7 +2,7 @@ import COpenSSL
 import RoomcastCore
 import RoomcastIO
 
-// TLSRestart.swift: TLS clients at a restart (docs/operations.md, "TLS").
+// TLSRestart.swift: TLS clients at a restart (docs/operations/network.md, "TLS").
 // A TLS session's keys and sequence numbers live in this process's OpenSSL,
 // which cannot hand a live session to another process, so TLS clients are
 // not handed over: they are told to come back (a `restarting` notice), and
@@ -15,7 +15,7 @@ extension Server {
     static let tlsRestartRetryMs: Int64 = 1_000
 
     /// At SIGTERM with an fd store: every open TLS client gets the notice
-    /// `restarting` with `retry_after_ms` (docs/protocol.md §16), flushed
+    /// `restarting` with `retry_after_ms` (docs/protocol/tls.md §16), flushed
     /// with everyone's output before the hand-over.
     func noticeTLSRestart() {
         for id in table.ids where table.slots[id]!.tls != nil && table.isOpen(id) {

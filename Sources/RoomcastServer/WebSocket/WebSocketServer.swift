@@ -1,7 +1,7 @@
 import RoomcastCore
 
 // WebSocketServer.swift owns the WebSocket dialect on the reactor
-// (docs/protocol.md §15, RFC 6455): the HTTP upgrade of a new connection,
+// (docs/protocol/websocket.md §15, RFC 6455): the HTTP upgrade of a new connection,
 // then its frames: messages into the JSON bridge or the relay, pings and
 // pongs, close frames, and the close codes of a broken stream. What the
 // relay sends out is framed once per broadcast by the fan-out
@@ -46,7 +46,7 @@ extension Server {
     /// The upgrade, if still under way, then every whole frame at the start of `bytes`.
     /// - Returns: the bytes used (all of them once the connection stops reading).
     /// With a live log (LiveStore.swift), the read's frames are decoded
-    /// first, logged, then acted on (`webSocketLoggedFrames`).
+    /// first, logged, then acted on (`webSocketFrames`).
     private func webSocketInput(_ id: Int, _ bytes: UnsafeRawBufferPointer, newBytes: Int, now: UInt64) -> Int {
         var offset = 0
         let logs = live.map { id < $0.slots.count && $0.slots[id].serial != 0 } ?? false
@@ -65,39 +65,25 @@ extension Server {
                 offset = headBytes
             }
         }
-        if logs { return webSocketLoggedFrames(id, bytes, from: offset, newBytes: newBytes, now: now) }
-        while offset < bytes.count {
-            let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
-            switch table.slots[id]!.webSocket!.decoder.next(rest) {
-            case .needMore:
-                return offset
-            case .failure(let failure):
-                failWebSocket(id, failure, now: now)
-                return bytes.count
-            case .event(let event, let consumed):
-                offset += consumed
-                heartbeats.touch(id, .webSocket, nowMs: now)  // a pong or any frame is proof of life
-                webSocketEvent(id, event, now: now)
-                guard table.isOpen(id) else { return bytes.count }
-            }
-        }
-        return offset
+        return webSocketFrames(id, bytes, from: offset, newBytes: newBytes, logged: logs, now: now)
     }
 
-    /// `webSocketInput`'s frames when the live log keeps this connection:
-    /// every whole frame decoded, the decoder's message and the input left
-    /// logged (`liveWebSocketInput`), then the events acted on, so that a
-    /// crash while acting loses the read's events (as the other dialects
+    /// Every whole frame of `bytes` from `start`, decoded and acted on: at once, or, when the
+    /// live log keeps this connection (`logged`), every whole frame decoded first, the
+    /// decoder's message and the input left logged (`liveWebSocketInput`), then the events
+    /// acted on, so that a crash while acting loses the read's events (as the other dialects
     /// lose its frames) but never replays them or cuts a frame.
-    private func webSocketLoggedFrames(_ id: Int, _ bytes: UnsafeRawBufferPointer, from start: Int, newBytes: Int, now: UInt64) -> Int {
+    /// - Returns: the bytes used (all of them once the connection stops reading).
+    private func webSocketFrames(_ id: Int, _ bytes: UnsafeRawBufferPointer, from start: Int, newBytes: Int,
+                                 logged: Bool, now: UInt64) -> Int {
         var offset = start
         var events: [WebSocketDecoder.Event] = []
         var failure: WebSocketFailure?
-        let messageBefore = table.slots[id]!.webSocket!.decoder.message.count
+        let messageBefore = logged ? table.slots[id]!.webSocket!.decoder.message.count : 0
         var restarted = false
         decoding: while offset < bytes.count {
             let rest = UnsafeRawBufferPointer(rebasing: bytes[offset...])
-            let inMessage = table.slots[id]!.webSocket!.decoder.carried.messageOpcode != nil
+            let inMessage = logged && table.slots[id]!.webSocket!.decoder.carried.messageOpcode != nil
             switch table.slots[id]!.webSocket!.decoder.next(rest) {
             case .needMore:
                 break decoding
@@ -106,23 +92,33 @@ extension Server {
                 break decoding
             case .event(let event, let consumed):
                 offset += consumed
-                if inMessage, case .message = event { restarted = true }
-                events.append(event)
+                if logged {
+                    if inMessage, case .message = event { restarted = true }
+                    events.append(event)
+                } else if !actOnWebSocketEvent(id, event, now: now) {
+                    return bytes.count
+                }
             }
         }
-        if failure == nil {
-            liveWebSocketInput(id, bytes, newBytes: newBytes, consumed: offset, messageBefore: messageBefore, restarted: restarted)
-        }
-        for event in events {
-            heartbeats.touch(id, .webSocket, nowMs: now)  // a pong or any frame is proof of life
-            webSocketEvent(id, event, now: now)
-            guard table.isOpen(id) else { return bytes.count }
+        if logged {
+            if failure == nil {
+                liveWebSocketInput(id, bytes, newBytes: newBytes, consumed: offset, messageBefore: messageBefore, restarted: restarted)
+            }
+            for event in events where !actOnWebSocketEvent(id, event, now: now) { return bytes.count }
         }
         if let failure {
             failWebSocket(id, failure, now: now)
             return bytes.count
         }
         return offset
+    }
+
+    /// One decoded frame: proof of life (a pong or any frame), then its action.
+    /// - Returns: whether the connection is still open.
+    private func actOnWebSocketEvent(_ id: Int, _ event: WebSocketDecoder.Event, now: UInt64) -> Bool {
+        heartbeats.touch(id, .webSocket, nowMs: now)
+        webSocketEvent(id, event, now: now)
+        return table.isOpen(id)
     }
 
     /// Decides the request head (WebSocketHandshake.evaluate) and answers it:
@@ -158,7 +154,7 @@ extension Server {
         heartbeats.webSocketUpgraded(id, nowMs: now)
         if !echo {
             table.fanout.outboxes[id].webSocketForm = spoken
-            relay.connect(id)  // the default room (docs/protocol.md §4), as for the other dialects
+            relay.connect(id)  // the default room (docs/protocol/rooms.md §4), as for the other dialects
         }
         logger.debug("WebSocket upgrade to \(path) (\(spoken.rawValue))",
                      ["CLIENT_ADDR": table.address(of: id), "PROTOCOL": spoken.rawValue])
@@ -199,7 +195,7 @@ extension Server {
     }
 
     /// A binary message of `roomcast.ltb.v1`: exactly one LTB frame, relayed
-    /// as an LTB client's (docs/protocol.md §15); anything else is a violation.
+    /// as an LTB client's (docs/protocol/websocket.md §15); anything else is a violation.
     private func ltbMessage(_ id: Int, _ message: UnsafeRawBufferPointer, now: UInt64) {
         let limit = config.protocol.maxFrameBytes
         switch FrameCodec.parse(message, byteOrder: config.protocol.byteOrder, maxFrameBytes: limit) {
@@ -214,7 +210,7 @@ extension Server {
         }
     }
 
-    /// A plain GET of one of the page's files (docs/protocol.md §15, "The
+    /// A plain GET of one of the page's files (docs/protocol/websocket.md §15, "The
     /// page"): the 200 answer with the file, then the connection is closed
     /// once it is written (one request per connection).
     private func servePage(_ id: Int, _ request: HTTPRequest, now: UInt64) {

@@ -1,4 +1,4 @@
-// libFuzzer target: the PROXY header parser (docs/protocol.md §14) on any
+// libFuzzer target: the PROXY header parser (docs/protocol/proxy.md §14) on any
 // bytes must agree with itself on prefixes: a header found in the stream is
 // found the same in exactly its own bytes, and every shorter prefix asks for
 // more; a stream that asks for more has no prefix that is already an error.

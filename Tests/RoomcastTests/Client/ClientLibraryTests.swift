@@ -35,7 +35,7 @@ private func user(_ name: String, room: String? = "stage") -> UserInfo {
         try #require(try loop.run(timeoutMs: 5_000) {
             [text, gift, opaque].allSatisfy { bob.events.contains($0) && alice.events.contains($0) }
         })
-        // Frames from one sender arrive in the order sent (docs/protocol.md §4).
+        // Frames from one sender arrive in the order sent (docs/protocol/rooms.md §4).
         #expect(bob.events.firstIndex(of: text)! < bob.events.firstIndex(of: opaque)!)
 
         try alice.client.leave()
@@ -140,7 +140,7 @@ private func user(_ name: String, room: String? = "stage") -> UserInfo {
         #expect(mute.statuses.contains(.disconnected(.closedByPeer)))
         #expect(mute.client.state == .closed)
         #expect(alice.disconnects == 0 && alice.client.state == .connected)
-        // The daemon announced the evicted client's leave (docs/protocol.md §4).
+        // The daemon announced the evicted client's leave (docs/protocol/rooms.md §4).
         #expect(alice.events.contains(.leave(user("mute"))))
         try alice.client.sendText("still here")
         #expect(try loop.run(timeoutMs: 5_000) { alice.texts.contains("still here") })

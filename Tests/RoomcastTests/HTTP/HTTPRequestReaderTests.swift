@@ -62,26 +62,26 @@ import Testing
     }
 
     @Test func partialBodyWaits() {
-        let r = Self.read("POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n12345")
+        let r = Self.read("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n12345")
         #expect(r.requests.isEmpty && r.error == nil)
     }
 
     @Test func expectContinueOncePerRequest() {
-        let r = Self.read("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n12", chunk: 1)
+        let r = Self.read("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n12", chunk: 1)
         #expect(r.continues == 1)
-        let done = Self.read("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n12")
+        let done = Self.read("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n12")
         #expect(done.continues == 0 && done.requests.count == 1)
     }
 
     @Test(arguments: [
-        ("POST / HTTP/1.1\r\nContent-Length: 65537\r\n\r\n", 413),
-        ("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 411),
-        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 411),
-        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
-        ("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
-        ("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
-        ("POST / HTTP/1.1\r\nContent-Length: 0x10\r\n\r\n", 400),
-        ("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 65537\r\n\r\n", 413),
+        ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 411),
+        ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 411),
+        ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
         ("GARBAGE\r\n\r\n", 400),
         ("GET / HTTP/1.0\r\n\r\n", 400),
     ] as [(String, Int)])
@@ -91,21 +91,21 @@ import Testing
 
     /// The body bound is checked from the header, before any body byte is held.
     @Test func tooLargeRefusedBeforeTheBody() {
-        let r = Self.read("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", maxBody: 100)
+        let r = Self.read("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 101\r\n\r\n", maxBody: 100)
         #expect(r.error?.status == 413)
-        #expect(Self.read("POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\n" + String(repeating: "x", count: 100), maxBody: 100).requests.count == 1)
+        #expect(Self.read("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n" + String(repeating: "x", count: 100), maxBody: 100).requests.count == 1)
     }
 
     /// Repeated equal lengths are one length (RFC 9112 §6.3 item 5).
     @Test func equalLengthsAccepted() {
-        let r = Self.read("POST / HTTP/1.1\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok")
+        let r = Self.read("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2, 2\r\nContent-Length: 2\r\n\r\nok")
         #expect(r.requests.map(\.1) == ["ok"])
     }
 
     /// A good request followed by garbage: the first is answered, the
     /// garbage refused on its own.
     @Test func garbageAfterAGoodRequest() {
-        let r = Self.read("GET /healthz HTTP/1.1\r\n\r\n\u{1}\u{2}junk\r\n\r\n")
+        let r = Self.read("GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n\u{1}\u{2}junk\r\n\r\n")
         #expect(r.requests.count == 1)
         #expect(r.error?.status == 400)
     }

@@ -1,4 +1,4 @@
-// Hostile WebSocket input (docs/protocol.md §15): control frames inside
+// Hostile WebSocket input (docs/protocol/websocket.md §15): control frames inside
 // fragmented messages, bad UTF-8 split across fragments, fragmented control
 // frames, and 10,000 half-open upgrades. Each costs only its sender, with
 // a close code (or HTTP status) and a journal line.

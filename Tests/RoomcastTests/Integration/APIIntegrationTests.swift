@@ -190,27 +190,27 @@ final class APITestClient {
         let good = try APITestClient(port: port)
         // Oversized body: 413 before the body is read.
         let big = try APITestClient(port: port)
-        big.send("POST /v1/rooms/r/publish HTTP/1.1\r\nAuthorization: Bearer \(Self.key)\r\nContent-Length: 70000\r\n\r\n")
+        big.send("POST /v1/rooms/r/publish HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(Self.key)\r\nContent-Length: 70000\r\n\r\n")
         #expect(big.answer()?.status == 413)
         #expect(big.isClosed())
         // Chunked: 411.
         let chunked = try APITestClient(port: port)
-        chunked.send("POST /v1/rooms/r/publish HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+        chunked.send("POST /v1/rooms/r/publish HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
         #expect(chunked.answer()?.status == 411)
         // Pipelined: two good requests then garbage: two answers, then 400 and close.
         let piped = try APITestClient(port: port)
-        piped.send("GET /healthz HTTP/1.1\r\nAuthorization: Bearer \(Self.key)\r\n\r\nGET /v1/stats HTTP/1.1\r\nAuthorization: Bearer \(Self.key)\r\n\r\n\u{1}garbage\r\n\r\n")
+        piped.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(Self.key)\r\n\r\nGET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(Self.key)\r\n\r\n\u{1}garbage\r\n\r\n")
         #expect(piped.answer()?.status == 200)
         #expect(piped.answer()?.status == 200)
         #expect(piped.answer()?.status == 400)
         #expect(piped.isClosed())
         // Headers over 8 KiB: 431.
         let huge = try APITestClient(port: port)
-        huge.send("GET /healthz HTTP/1.1\r\nX: " + String(repeating: "a", count: 9000) + "\r\n\r\n")
+        huge.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + String(repeating: "a", count: 9000) + "\r\n\r\n")
         #expect(huge.answer()?.status == 431)
         // Slowloris: half a request, then nothing: 408 after 5 s, while the good client is served.
         let slow = try APITestClient(port: port)
-        slow.send("GET /v1/stats HTTP/1.1\r\nAuthor")
+        slow.send("GET /v1/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthor")
         let started = monotonicMs()
         for _ in 0..<5 {
             #expect(good.request("GET", "/healthz")?.status == 200)
@@ -241,7 +241,7 @@ final class APITestClient {
         defer { unlink(path) }
         func ask(asNobody: Bool) throws -> String {
             let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\n"
-                + "s.sendall(b'GET /v1/stats HTTP/1.1\\r\\nConnection: close\\r\\n\\r\\n')\nd=b''\nwhile True:\n  c=s.recv(65536)\n  if not c: break\n  d+=c\nprint(d.split(b' ')[1].decode())\n"
+                + "s.sendall(b'GET /v1/stats HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n')\nd=b''\nwhile True:\n  c=s.recv(65536)\n  if not c: break\n  d+=c\nprint(d.split(b' ')[1].decode())\n"
             let p = Process()
             p.executableURL = URL(fileURLWithPath: asNobody ? "/usr/bin/setpriv" : "/usr/bin/python3")
             p.arguments = (asNobody ? ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3"] : []) + ["-c", script, path]

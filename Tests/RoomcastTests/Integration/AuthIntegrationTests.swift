@@ -1,4 +1,4 @@
-// Signed joins against the real roomcastd (docs/protocol.md §13), with
+// Signed joins against the real roomcastd (docs/protocol/tokens.md §13), with
 // tokens minted by PyJWT (Reference/jwt_mint.py), an implementation that is
 // not ours. Needs python3 with `pip install pyjwt cryptography` (make deps).
 import Foundation

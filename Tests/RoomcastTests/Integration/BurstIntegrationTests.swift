@@ -1,4 +1,4 @@
-// The hard output limit against the real binary (docs/protocol.md §6): it
+// The hard output limit against the real binary (docs/protocol/rooms.md §6): it
 // counts what a client holds of its own after the kernel took what it could,
 // never the frames one loop pass read for everyone. A pass holding more than
 // the limit cuts no reader that reads; the closed-loop large-frame workload

@@ -277,7 +277,7 @@ struct ClusterIntegrationTests {
         #expect(bob!.receiveFrame()?.wire == Wire.text(ann, "one"))
 
         // A graceful stop (SIGTERM) with bob still connected: no leave on b
-        // itself (docs/protocol.md §10), but b says bye, and a's members
+        // itself (docs/protocol/clients.md §10), but b says bye, and a's members
         // hear ben leave (§12, "Leaves").
         b!.child.kill(SIGTERM)
         #expect(b!.child.waitForExit() == 0)

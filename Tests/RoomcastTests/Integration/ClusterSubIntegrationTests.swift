@@ -1,4 +1,4 @@
-// The sender's sub across daemons (docs/protocol.md §12, envelope version
+// The sender's sub across daemons (docs/protocol/across-daemons.md §12, envelope version
 // 2): two real daemons on a real redis-server list each other's members
 // with their sub; a daemon of the release before (simulated from the test:
 // its heartbeats and frames published, its room channel read, with the

@@ -344,9 +344,9 @@ final class Daemon {
     /// The listening host and port (from the log line `listening on HOST:PORT`).
     private(set) var host = ""
     private(set) var port: UInt16 = 0
-    /// The port of the `[json]` listener (docs/protocol.md §7), when configured.
+    /// The port of the `[json]` listener (docs/protocol/json.md §7), when configured.
     private(set) var jsonPort: UInt16?
-    /// The port of the `[websocket]` listener (docs/protocol.md §8), when configured.
+    /// The port of the `[websocket]` listener (docs/protocol/clients.md §8), when configured.
     private(set) var webSocketPort: UInt16?
     /// The port of the first TCP `[api]` listener (docs/api.md), when configured.
     private(set) var apiPort: UInt16?

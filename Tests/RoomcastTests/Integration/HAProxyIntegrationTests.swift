@@ -1,4 +1,4 @@
-// A real HAProxy from Debian in front of roomcastd (docs/protocol.md §14):
+// A real HAProxy from Debian in front of roomcastd (docs/protocol/proxy.md §14):
 // TLS terminated there with a certificate made at test time, PROXY v2 to
 // the daemon, Python `ssl` clients from distinct loopback addresses. Needs
 // haproxy, openssl and python3 (`make deps`); without them it FAILS.

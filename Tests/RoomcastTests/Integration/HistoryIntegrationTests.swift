@@ -1,5 +1,5 @@
 // Recent lines on join against a real roomcastd ([rooms] history,
-// docs/protocol.md §4): an LTB client joining after 200 lines gets its join
+// docs/protocol/positions.md §4): an LTB client joining after 200 lines gets its join
 // echo, the notice `history` (50) and the last 50 byte-identical, then live;
 // a JSON client gets the same lines in its own form.
 import Foundation

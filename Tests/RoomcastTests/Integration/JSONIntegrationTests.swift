@@ -1,5 +1,5 @@
 // The JSON chat room on the [json] listener, bridged into the rooms
-// of the length-type-body protocol (docs/protocol.md §7).
+// of the length-type-body protocol (docs/protocol/json.md §7).
 import Foundation
 import Glibc
 import RoomcastCore

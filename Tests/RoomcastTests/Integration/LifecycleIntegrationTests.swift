@@ -99,7 +99,7 @@ struct LifecycleIntegrationTests {
     /// handlers in SigCgt (SIGQUIT: installed by libswiftCore's initializer,
     /// about a millisecond before main.swift runs). Before that the loader
     /// is still mapping and relocating, and nothing of the binary's own can
-    /// run (docs/operations.md, "Signals while starting"). The status file is re-read
+    /// run (docs/operations/running.md, "Signals while starting"). The status file is re-read
     /// with pread(2) and scanned with C string functions, tens of
     /// microseconds a turn, so the signal lands well inside that millisecond.
     /// - Returns: the sign seen (`blocked`, `runtime`), or `exited`/`timeout`.

@@ -1,5 +1,5 @@
 // Bans, mutes and slow mode through the API against the real daemon
-// (docs/api.md "Moderation", docs/protocol.md §13), with signed joins from
+// (docs/api.md "Moderation", docs/protocol/tokens.md §13), with signed joins from
 // PyJWT: a banned sub is removed and refused, a muted one cannot send, a
 // viewer in a slow room sends one text per interval; each malformed
 // request answered with its status.

@@ -1,4 +1,4 @@
-// Positions and resume against real roomcastd processes (docs/protocol.md
+// Positions and resume against real roomcastd processes (docs/protocol/positions.md
 // §4): a viewer whose connection is reset while lines are sent rejoins with
 // its position and gets each line exactly once; one away longer than the
 // history holds gets `history_lost`; JSON clients get positions as keys;
@@ -7,7 +7,7 @@ import Foundation
 import Testing
 @testable import RoomcastCore
 
-/// A client's position as docs/protocol.md §4 tells a client to keep it:
+/// A client's position as docs/protocol/positions.md §4 tells a client to keep it:
 /// a notice with a position sets it (the `count` frames after a `history`
 /// notice are already in its seq), every other text or gift frame adds one.
 struct PositionTracker {

@@ -1,4 +1,4 @@
-// PROXY protocol listeners (docs/protocol.md §14) with the real daemon: the
+// PROXY protocol listeners (docs/protocol/proxy.md §14) with the real daemon: the
 // header's address is the client's for logs, JSON `addr` and
 // max_clients_per_ip; missing, malformed, late headers and peers outside
 // proxy_from are refused.

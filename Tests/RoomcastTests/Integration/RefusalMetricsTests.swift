@@ -59,7 +59,7 @@ struct RefusalMetricsTests {
         try chatty.send(Wire.text(user("chatty"), "first"))
         try expectRefused(chatty, Wire.text(user("chatty"), "second"), "slow_mode")
 
-        // The relay's own refusals: no notice (docs/protocol.md §9), so the counts are polled for below.
+        // The relay's own refusals: no notice (docs/protocol/clients.md §9), so the counts are polled for below.
         let bad = try joinSigned(d, "bad", room: "lobby")
         try bad.send(Wire.frame(Wire.text, [0xFF]))
         try bad.send(Wire.frame(9, []))

@@ -1,5 +1,5 @@
 // The built roomcastd driven over real loopback sockets: relay, rooms,
-// liveness and limits (docs/protocol.md §1-§6).
+// liveness and limits (docs/protocol/ §1-§6).
 import Glibc
 import RoomcastCore
 import Testing

@@ -1,4 +1,4 @@
-// Shedding before cutting (docs/protocol.md §6, "Shedding") against the real
+// Shedding before cutting (docs/protocol/rooms.md §6, "Shedding") against the real
 // daemon: a viewer reading at about 20 KiB/s in a room where a sender sends
 // about 200 KiB/s of text and one gift a second. With `[limits] shed = text`
 // it stays connected, gets every gift and `skipped` notices whose counts,

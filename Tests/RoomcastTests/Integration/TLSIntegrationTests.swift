@@ -1,4 +1,4 @@
-// TLS in the daemon (docs/protocol.md §16): Python `ssl` clients and
+// TLS in the daemon (docs/protocol/tls.md §16): Python `ssl` clients and
 // `openssl s_client` against the real roomcastd, certificates made by
 // `openssl req` in a temporary directory. The peers are
 // Reference/tls_peer.py (one case per run, bounded in time).

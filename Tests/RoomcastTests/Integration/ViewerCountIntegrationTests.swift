@@ -1,4 +1,4 @@
-// Viewer counts against the real daemon (docs/protocol.md §13, notice
+// Viewer counts against the real daemon (docs/protocol/notices.md §13, notice
 // `viewers`; docs/api.md): folded notices to LTB and JSON members,
 // `announce_joins = no`, and counts summed across two daemons on a real
 // redis-server, in the notices and in the API, dropping a daemon that goes.

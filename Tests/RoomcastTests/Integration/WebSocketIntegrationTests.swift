@@ -1,4 +1,4 @@
-// The [websocket] listener (docs/protocol.md §15, RFC 6455) with the real
+// The [websocket] listener (docs/protocol/websocket.md §15, RFC 6455) with the real
 // daemon: a raw-socket client written here (it masks its frames, as RFC
 // 6455 §5.3 requires of clients) talks with LTB and JSON clients in one room.
 import Foundation
@@ -265,7 +265,7 @@ struct WebSocketIntegrationTests {
         #expect(pings >= 2)
         w.connection.expectOpen()
         // One that stops answering is closed within the timeout (and a tick), with 1011
-        // (docs/protocol.md §15) and REASON=heartbeat_timeout at debug.
+        // (docs/protocol/websocket.md §15) and REASON=heartbeat_timeout at debug.
         #expect(w.expectCloseCode(timeout: .seconds(4)) == 1011)
         #expect(d.stderr.wait(for: "REASON=heartbeat_timeout"))
     }
@@ -333,7 +333,7 @@ struct WebSocketIntegrationTests {
         w.connection.expectOpen()
         pause(.seconds(3))
         w.connection.expectOpen()
-        // 408 once the upgrade's 5 s passed, then closed (docs/protocol.md §15).
+        // 408 once the upgrade's 5 s passed, then closed (docs/protocol/websocket.md §15).
         let head = w.readAnswer(timeout: .seconds(4))
         #expect(head?.hasPrefix("HTTP/1.1 408 ") == true, "\(head ?? "no answer")")
         w.connection.expectClosed(within: .seconds(2), "the upgrade's 5 s passed")
@@ -419,7 +419,7 @@ struct WebSocketInteropTests {
         #expect(r.out.contains("\"ok\": true") && r.out.contains("\"received\": \"hi python\""), "\(r.out)")
     }
 
-    /// wss:// (`[websocket] listen_tls`, docs/protocol.md §16): Python's ssl
+    /// wss:// (`[websocket] listen_tls`, docs/protocol/tls.md §16): Python's ssl
     /// verifies the daemon's certificate, the page's origin is allowed, another
     /// origin is refused with 403 before the upgrade as on the plain listener.
     @Test("wss: Python's websockets over TLS (certificate verified) chats with an LTB client; allowed_origins applies")

@@ -1,4 +1,4 @@
-// The chat page served by the WebSocket listener (docs/protocol.md §15,
+// The chat page served by the WebSocket listener (docs/protocol/websocket.md §15,
 // "The page"): `[websocket] page = yes` with a page_dir, plain GETs of the
 // directory's own files only, the upgrade at `/` unchanged.
 import Foundation

@@ -1,4 +1,4 @@
-// Slow WebSocket consumers (docs/protocol.md §6 and §15) with the real
+// Slow WebSocket consumers (docs/protocol/rooms.md §6 and §15) with the real
 // daemon: a client closed for `[limits] output_soft_bytes` or
 // `output_hard_bytes` gets the rest of the frame it was receiving, whole,
 // then a close frame 1013 "try again later", then the TCP close; one that
@@ -101,7 +101,7 @@ struct WebSocketSlowConsumerTests {
         let slow = try WebSocketTestClient.open(d, subprotocol: "roomcast.ltb.v1", receiveBuffer: 4096)
         try sender.sendRaw(Self.frames(0..<220).flatMap { $0 })
         #expect(d.stderr.wait(forLineWith: ["slow consumer", slow.address, "REASON=output_soft_limit"], timeout: .seconds(10)))
-        // The drain deadline is 5 s (docs/protocol.md §15); the bound here is generous for a loaded machine.
+        // The drain deadline is 5 s (docs/protocol/websocket.md §15); the bound here is generous for a loaded machine.
         #expect(d.stderr.wait(forLineWith: ["client disconnected", "CLIENT_ADDR=\(slow.address)"], timeout: .seconds(30)),
                 "the daemon let go of a client that does not read")
         sender.expectOpen()

@@ -4,7 +4,7 @@ chats with `roomcast chat` through roomcastd, in both directions.
 
   chat_peer.py --server 127.0.0.1:PORT --roomcast /path/to/roomcast
 
-The Python side speaks docs/protocol.md by hand: LTB frames (u32 length, u16 type,
+The Python side speaks docs/protocol/ by hand: LTB frames (u32 length, u16 type,
 little-endian) and the proto2 bodies of §3, built with proto_ref.py's
 descriptor_pb2 classes (no protoc). It joins room "interop", starts
 `roomcast chat` in the same room with pipes for stdin/stdout, then:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference oracle for roomcast's proto2 codec: Google's protobuf (Python).
 
-Builds the docs/protocol.md §3 messages at run time from a FileDescriptorProto (no
+Builds the docs/protocol/ltb.md §3 messages at run time from a FileDescriptorProto (no
 protoc), then answers one JSON request per stdin line with one JSON response
 per stdout line. Strings and bodies travel as hex (strings as their UTF-8).
 
@@ -66,7 +66,7 @@ def build_classes(package, string_type, all_repeated):
             for name in SCHEMA}
 
 
-REAL = build_classes("roomcast", STRING, False)         # the schema of docs/protocol.md §3
+REAL = build_classes("roomcast", STRING, False)         # the schema of docs/protocol/ltb.md §3
 RAW = build_classes("roomcast_raw", BYTES, False)       # same wire format, strings as bytes
 ALL = build_classes("roomcast_all", BYTES, True)        # every occurrence kept
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """TLS peers for TLSIntegrationTests.swift, against a real roomcastd speaking the
-JSON dialect (docs/protocol.md §7) on its listeners. argv[1] names the case,
+JSON dialect (docs/protocol/json.md §7) on its listeners. argv[1] names the case,
 argv[2] is a JSON object of its parameters; the case prints one JSON object.
 Every socket has a timeout and every loop a deadline: bounded in time.
 

@@ -1,7 +1,7 @@
 import RoomcastCore
 import Testing
 
-/// The page's files as served (docs/protocol.md §15, "The page").
+/// The page's files as served (docs/protocol/websocket.md §15, "The page").
 @Suite struct PageFilesTests {
     @Test func contentTypesByExtension() {
         #expect(PageFiles.contentType(of: "index.html") == "text/html; charset=utf-8")

@@ -1,0 +1,63 @@
+// RateLimitedLog.swift: the log of a condition that repeats until someone
+// fixes it (a Redis that refuses every connection attempt: protected mode,
+// a password or an ACL the daemon lacks; issue 28, item 11): said once when
+// it starts, with what was said; then at most once per interval, with how
+// many times it happened since; and once when it is over. Pure: the caller
+// passes the clock and writes the lines, so any subsystem can adopt it for
+// its own condition (one value per condition).
+
+/// The state of one repeating condition's log lines.
+struct RateLimitedLog: Equatable {
+    /// What the caller should log for an occurrence.
+    enum Say: Equatable {
+        /// The first occurrence since the condition began: say it in full.
+        case first
+        /// `count` occurrences (this one included) since the condition was
+        /// last said, `sinceMs` ago: say they go on, with the count.
+        case again(count: Int, sinceMs: UInt64)
+        /// Nothing: it was said less than `intervalMs` ago (counted).
+        case quiet
+    }
+
+    /// The least time between two lines of one condition, in ms (a minute by default).
+    let intervalMs: UInt64
+    /// The condition is on: occurred, and not ended since.
+    private(set) var active = false
+    /// Occurrences since it began.
+    private(set) var total = 0
+    /// When it began and was last said, in ms.
+    private(set) var beganMs: UInt64 = 0
+    private var saidMs: UInt64 = 0
+    /// Occurrences since it was last said (not said themselves).
+    private var unsaid = 0
+
+    init(intervalMs: UInt64 = 60_000) {
+        self.intervalMs = intervalMs
+    }
+
+    /// One more occurrence at `nowMs` (a monotonic clock, ms).
+    mutating func occurred(nowMs: UInt64) -> Say {
+        total += 1
+        guard active else {
+            active = true
+            total = 1
+            beganMs = nowMs
+            saidMs = nowMs
+            unsaid = 0
+            return .first
+        }
+        unsaid += 1
+        guard nowMs &- saidMs >= intervalMs else { return .quiet }
+        defer { saidMs = nowMs; unsaid = 0 }
+        return .again(count: unsaid, sinceMs: nowMs &- saidMs)
+    }
+
+    /// The condition is over at `nowMs` (what failed works): the
+    /// occurrences since it began and how long it lasted, to say once;
+    /// nil when it was not on (nothing to say).
+    mutating func ended(nowMs: UInt64) -> (count: Int, lastedMs: UInt64)? {
+        guard active else { return nil }
+        active = false
+        return (total, nowMs &- beganMs)
+    }
+}
