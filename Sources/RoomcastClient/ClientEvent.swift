@@ -41,3 +41,18 @@ public enum ClientStatus: Equatable, Sendable {
     /// The client stopped: `close()`/`finish()`, or the reconnect policy gave up.
     case closed
 }
+
+extension Notice {
+    /// The codes of docs/protocol/notices.md's notice table that refuse one of
+    /// this client's frames or remove it (`kicked`, `banned`). Every other
+    /// code (`history`, `viewers`, `skipped`, `position`, `history_lost`,
+    /// `restarting`, and any a later daemon adds) informs and refuses nothing.
+    public static let refusalCodes: Set<String> = [
+        "token_required", "token_invalid", "token_expired", "room_forbidden", "identity_mismatch",
+        "not_permitted", "kicked", "banned", "muted", "slow_mode",
+    ]
+
+    /// Whether this notice says a frame was refused (or the client removed):
+    /// its `code` is in `refusalCodes`.
+    public var isRefusal: Bool { Self.refusalCodes.contains(code) }
+}

@@ -191,9 +191,14 @@ public struct HandOverState: Equatable, Sendable {
         /// docs/protocol/positions.md §4), which the relayed `identity` no longer carries.
         public var positions = false
         /// Texts withheld from it in its open shedding episode
-        /// (docs/protocol.md §6, "Shedding"): the notice `skipped` it gets
+        /// (docs/protocol/rooms.md §6, "Shedding"): the notice `skipped` it gets
         /// once caught up counts them too. 0: none; absent before it was added.
         public var textsShed: UInt32 = 0
+        /// When it last had a text relayed, on the writer's CLOCK_MONOTONIC
+        /// in ms (the same clock across exec on one boot, as
+        /// `stoppedReadingMs`): slow mode's interval goes on across a restart
+        /// (docs/api.md "Moderation"). nil: none, or a writer before it was added.
+        public var lastTextMs: UInt64? = nil
 
         public init(key: UInt64) { self.key = key }
     }
@@ -262,6 +267,8 @@ public struct HandOverState: Equatable, Sendable {
         case positions = 0x5001
         /// Texts shed in the open episode: far from the others for the same reason.
         case textsShed = 0x5E01
+        /// Slow mode's last text time: far from the others for the same reason.
+        case lastTextMs = 0x5801
         /// A WebSocket connection's state (nested records, `WebSocketTag`).
         case webSocket = 0x5701
 
@@ -367,6 +374,7 @@ public struct HandOverState: Equatable, Sendable {
                 if let ws = c.webSocket { w.nested(FieldTag.webSocket.rawValue) { w in Self.encode(ws, &w) } }
                 if c.positions { w.u8(FieldTag.positions.rawValue, 1) }
                 if c.textsShed > 0 { w.u32(FieldTag.textsShed.rawValue, c.textsShed) }
+                if let ms = c.lastTextMs { w.u64(FieldTag.lastTextMs.rawValue, ms) }
             }
         }
         if let cluster {
@@ -622,6 +630,7 @@ public struct HandOverState: Equatable, Sendable {
             case .webSocket: r.webSocket = try decodeWebSocket(v)
             case .positions: r.positions = try Reader.u8(v, "positions") != 0
             case .textsShed: r.textsShed = try Reader.u32(v, "texts shed")
+            case .lastTextMs: r.lastTextMs = try Reader.u64(v, "last text time")
             case nil: break
             }
         }

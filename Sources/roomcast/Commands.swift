@@ -46,8 +46,9 @@ func runSend(_ invocation: Invocation, signalFD: Int32) -> Int32 {
     // the cycle on the way out (LeakSanitizer reports it otherwise).
     defer { client = nil }
     client = RoomcastClient(loop: loop, configuration: configuration, onEvent: { event in
-        if !echoed, failure == nil, case .notice(let notice) = event {
-            failure = "refused: " + describe(notice)  // the daemon says why (docs/protocol/notices.md §13)
+        if !echoed, failure == nil, case .notice(let notice) = event, notice.isRefusal {
+            // The daemon says why (docs/protocol/notices.md); `history`, `viewers` ... refuse nothing.
+            failure = "refused: " + describe(notice)
             client.close()
             return
         }

@@ -59,7 +59,7 @@ func describe(_ event: ClientEvent, room: String?) -> String {
     case .leave(let user): return "\(sanitized(user.name)) left\(roomSuffix(user))"
     case .text(let message): return "\(sanitized(message.user.name)): \(sanitized(message.text))"
     case .gift(let gift): return "\(sanitized(gift.user.name)) sent \(gift.giftcount) x \(sanitized(gift.giftname))"
-    case .notice(let n): return "server notice: " + describe(n)
+    case .notice(let n): return n.isRefusal ? "server notice: " + describe(n) : (informative(n) ?? "server notice: " + describe(n))
     case .opaque(let type, let body): return "frame type \(type), \(body.count) bytes"
     case .malformed(let type, let body, let error): return "malformed frame type \(type), \(body.count) bytes: \(error)"
     }
@@ -69,6 +69,23 @@ func describe(_ event: ClientEvent, room: String?) -> String {
 func describe(_ n: Notice) -> String {
     sanitized(n.code) + (n.text.map { ": " + sanitized($0) } ?? "")
         + (n.retryAfterMs.map { " (retry in \(seconds(UInt64(max(0, $0)))))" } ?? "")
+}
+
+/// A notice that refuses nothing, as its user should read it
+/// (docs/protocol/notices.md): `5 recent lines`, `3 watching`, `7 messages
+/// skipped`; nil for a code without a phrase here (shown as a notice).
+func informative(_ n: Notice) -> String? {
+    func counted(_ one: String, _ many: String) -> String? {
+        n.count.map { "\($0) " + ($0 == 1 ? one : many) }
+    }
+    switch n.code {
+    case "history": return counted("recent line", "recent lines")
+    case "viewers": return n.count.map { "\($0) watching" }
+    case "skipped": return counted("message skipped", "messages skipped")
+    case "history_lost": return "recent lines lost: showing the room from here"
+    case "position": return n.position.map { "at line \($0.seq) of the room" }
+    default: return nil
+    }
 }
 
 /// A JSON string literal (RoomcastCore's escaping).

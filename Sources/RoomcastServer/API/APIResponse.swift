@@ -57,44 +57,6 @@ extension Server {
     }
 }
 
-/// The replies of publishes by `Idempotency-Key`, kept 5 minutes
-/// (docs/api.md): a repeat is not relayed again and gets the first reply.
-struct IdempotencyCache {
-    /// How long a key is remembered, in ms.
-    static let keepMs: UInt64 = 5 * 60_000
-    /// Keys remembered at most; the oldest go first when full.
-    static let capacity = 100_000
-    private var replies: [String: (response: APIResponse, atMs: UInt64)] = [:]
-    private var order: [(key: String, atMs: UInt64)] = []
-    private var head = 0
-
-    mutating func reply(for key: String, now: UInt64) -> APIResponse? {
-        expire(now: now)
-        return replies[key]?.response
-    }
-
-    mutating func remember(_ key: String, _ response: APIResponse, now: UInt64) {
-        expire(now: now)
-        if replies.count >= Self.capacity, head < order.count {
-            replies[order[head].key] = nil
-            head += 1
-        }
-        replies[key] = (response, now)
-        order.append((key, now))
-    }
-
-    private mutating func expire(now: UInt64) {
-        while head < order.count, order[head].atMs + Self.keepMs <= now {
-            if let kept = replies[order[head].key], kept.atMs == order[head].atMs { replies[order[head].key] = nil }
-            head += 1
-        }
-        if head > 1024 && head * 2 > order.count {
-            order.removeFirst(head)
-            head = 0
-        }
-    }
-}
-
 /// Percent-decoding of one path segment or query value (RFC 3986 §2.1;
 /// any other byte as it is); nil when a `%` is not followed by two hex digits.
 func percentDecoded(_ s: Substring) -> [UInt8]? { percentDecoded(s.utf8, strict: false) }

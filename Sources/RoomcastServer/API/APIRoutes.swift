@@ -175,7 +175,14 @@ extension Server {
         let key = request.value("idempotency-key")
         if let key {
             guard !key.isEmpty, key.utf8.count <= 255 else { throw APIError(400, "bad_idempotency_key", "Idempotency-Key must be 1 ... 255 bytes") }
-            if let first = api.idempotency.reply(for: key, now: now) { return first }
+        }
+        let fingerprint = key.map { _ in IdempotencyCache.fingerprint(method: request.method, path: request.path, body: body) }
+        if let key, let fingerprint {
+            switch api.idempotency.lookup(key, fingerprint: fingerprint, now: now) {
+            case .replay(let first): return first
+            case .mismatch: throw IdempotencyCache.mismatchError
+            case .unseen: break
+            }
         }
         let json = try jsonBody(body)
         let s = relay.settings
@@ -237,7 +244,7 @@ extension Server {
         case .failure(let e):
             throw APIError(422, "bad_publish", "the frame would be refused: \(e)")
         }
-        if let key { api.idempotency.remember(key, response, now: now) }
+        if let key, let fingerprint { api.idempotency.remember(key, fingerprint: fingerprint, response, now: now) }
         return response
     }
 

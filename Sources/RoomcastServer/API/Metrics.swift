@@ -34,6 +34,8 @@ extension Server {
         family("handovers_total", "counter", "Restarts that handed the connections over to the next process, since the daemon last started fresh or recovered from a crash (carried across them).",
                [("", handOver.handOvers)])
         family("auth_refusals_total", "counter", "Frames refused by [auth].", [("", auth.refusals)])
+        family("auth_sessions", "gauge", "Connections holding a verified token, each with one pending expiry ([auth]).",
+               [("", UInt64(auth.sessionCount))])
         family("frames_refused_total", "counter", "Frames from clients refused and relayed nowhere, by reason (the notice's code).",
                FrameRefusal.allCases.map { ("{reason=\"\($0.label)\"}", relay.refusedByReason[$0]) })
         family("api_connections", "gauge", "Open API connections.", [("", UInt64(api.count))])

@@ -67,6 +67,7 @@ extension Server {
         r.authClaims = c.auth?.claims
         r.positions = relay.wantsPositions(id)
         r.textsShed = UInt32(clamping: table.fanout.shedding[id] ?? 0)
+        r.lastTextMs = c.lastTextMs  // CLOCK_MONOTONIC: the next process reads the same clock
         if let session = c.webSocket {
             var ws = HandOverState.WebSocket()
             ws.upgraded = session.isOpen

@@ -153,6 +153,8 @@ extension Server {
         }
         table.slots[id]!.nickname = r.nickname
         table.slots[id]!.input = r.input
+        // Slow mode's interval goes on (a time ahead of this clock is taken as now: never a free post).
+        if let last = r.lastTextMs { table.slots[id]!.lastTextMs = min(last, now) }
         if let claims = r.authClaims { restoreSession(id, claims, now: now) }
         if let t = r.frameMilliTokens, let b = table.slots[id]!.frameBucket {
             table.slots[id]!.frameBucket = TokenBucket(rate: b.rate, burst: b.burst, milliTokens: Int(clamping: t), nowMs: now)

@@ -129,6 +129,7 @@ extension Server {
     /// Deregisters and closes the descriptor of `id` and frees its slot.
     func release(_ id: Int) {
         guard let c = table.slots[id] else { return }
+        auth.forget(id)  // its token's expiry goes with it (the slot is reused)
         if let r = table.fanout.outboxes[id].registration { selector.deregister(r) }
         if let ssl = c.tls {
             releaseTLS(id, ssl)  // close_notify, then the socket

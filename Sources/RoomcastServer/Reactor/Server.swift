@@ -251,7 +251,6 @@ public final class Server {
         if let end = stop.gracefulDeadlineMs { deadline = min(deadline, end) }
         if let flush = handOverFlushDeadline { deadline = min(deadline, flush) }
         if let cluster { deadline = min(deadline, cluster.deadline()) }
-        if let expiry = auth.nextDeadline { deadline = min(deadline, expiry) }
         if let due = api.nextDeadline { deadline = min(deadline, due) }
         if watch.hasDeadlines || systemd.hasPending || logger.owed {
             deadline = min(deadline, now + config.heartbeat.tickMs)
@@ -259,6 +258,7 @@ public final class Server {
         var ms = deadline > now ? deadline - now : 0
         if let wheel = heartbeats.nextTimeout(fromMs: now) { ms = min(ms, wheel) }
         if let expiry = moderation.nextTimeout(fromMs: now) { ms = min(ms, expiry) }
+        if let expiry = auth.nextTimeout(fromMs: now) { ms = min(ms, expiry) }
         return min(ms, Self.maxWaitMs)
     }
 
@@ -284,7 +284,7 @@ public final class Server {
         var expired: [(Int, String)] = []
         heartbeats.expire(nowMs: now) { id, reason in expired.append((id, reason)) }
         for (id, reason) in expired { evict(id, reason) }
-        if auth.nextDeadline.map({ $0 <= now }) ?? false { expireTokens(now: now) }
+        if auth.sessionCount > 0 { expireTokens(now: now) }
         if moderation.count > 0 { expireModeration(now: now) }
         if !watch.overSoft.isEmpty { checkSoftLimits(now: now) }
         if !watch.draining.isEmpty { checkDrainDeadlines(now: now) }

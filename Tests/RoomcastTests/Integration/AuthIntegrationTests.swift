@@ -371,3 +371,40 @@ struct AuthIntegrationTests {
         #expect(ed.status == 1 && ed.stderr.contains("cannot sign"), "\(ed.stderr)")
     }
 }
+
+@Suite("Signed joins leave no expiry behind (real roomcastd, issue 28 item 2)", .serialized)
+struct AuthExpiryIntegrationTests {
+    @Test("2,000 signed joins on reconnecting clients and renewals: roomcast_auth_sessions is back to the live count")
+    func expiriesFollowConnections() throws {
+        let m = try ModerationDaemon()
+        let d = m.daemon
+        let tokens = try mintTokens((0..<4).map { TestKeys.hs(["sub": "fan\($0)", "exp": TestKeys.now + 3600, "rooms": ["*"]]) })
+        // The ones that stay are in "stage", the others come and go in "hall" (the stayers hear none of them).
+        func join(_ c: TestClient, _ i: Int, room: String = "hall") throws {
+            try c.send(Wire.join(user("fan\(i % 4)", room: room, token: tokens[i % 4])))
+            guard let echo = c.receiveFrame(), echo.type == Wire.join else { throw HarnessError("join \(i) not echoed") }
+        }
+        // Ten stay connected and renew (join again with a token) as the others come and go.
+        let stay = try (0..<10).map { i -> TestClient in
+            let c = try d.connect()
+            try join(c, i, room: "stage")
+            return c
+        }
+        for i in 0..<2_000 {
+            let c = try d.connect(awaitAccept: false)  // the join's echo says it was accepted
+            try join(c, i)
+            if i % 2 == 0 { c.reset() } else { c.hangUp() }
+            if i % 200 == 0 { for (k, s) in stay.enumerated() { try join(s, k, room: "stage") } }
+        }
+        func sessions() -> UInt64? {
+            RefusalMetricsTests.sample(m.api.request("GET", "/metrics")?.body ?? "", "roomcast_auth_sessions")
+        }
+        var last: UInt64?
+        let settled = waitUntil(.seconds(15)) {
+            last = sessions()
+            return last == UInt64(stay.count)
+        }
+        #expect(settled, "roomcast_auth_sessions = \(String(describing: last)), \(stay.count) connections hold a session")
+        for s in stay { s.expectOpen() }
+    }
+}

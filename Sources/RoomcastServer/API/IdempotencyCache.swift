@@ -1,0 +1,81 @@
+import RoomcastCore
+import RoomcastCrypto
+
+// IdempotencyCache.swift: publishes by `Idempotency-Key` (docs/api.md; the
+// IETF draft "The Idempotency-Key HTTP Header Field", §2.7). A key is
+// remembered 5 minutes with the SHA-256 fingerprint of the request that used
+// it (method, path, body: never the body itself) and the reply it got. A
+// repeat of the same request is not relayed again and gets the first reply;
+// the same key with another request (another room, another body) is refused
+// with 422 `idempotency_key_reused` and relays nothing. (Before, it got the
+// first request's `200 {"delivered": 1}` and was silently dropped: a backend
+// numbering keys per room lost gifts while being told they were delivered.)
+
+/// The replies of publishes by `Idempotency-Key`, bounded and expiring.
+struct IdempotencyCache {
+    /// How long a key is remembered, in ms.
+    static let keepMs: UInt64 = 5 * 60_000
+    /// Keys remembered at most; the oldest go first when full.
+    static let capacity = 100_000
+    /// The answer to a key seen with another request (the draft's 422).
+    static let mismatchError = APIError(422, "idempotency_key_reused",
+                                        "this Idempotency-Key was used with another request (method, path or body) in the last 5 minutes")
+
+    /// What a key says about a request.
+    enum Lookup: Equatable {
+        /// Not seen (or forgotten): serve the request, then `remember`.
+        case unseen
+        /// Seen with the same fingerprint: this is its reply, nothing is relayed again.
+        case replay(APIResponse)
+        /// Seen with another fingerprint: refuse (422), nothing relayed.
+        case mismatch
+    }
+
+    private var replies: [String: (fingerprint: [UInt8], response: APIResponse, atMs: UInt64)] = [:]
+    private var order: [(key: String, atMs: UInt64)] = []
+    private var head = 0
+
+    /// Keys remembered now (expired ones not yet dropped included).
+    var count: Int { replies.count }
+
+    /// The SHA-256 of `method`, `path` and `body`, each length-prefixed (so
+    /// no two requests share one by moving bytes between the parts).
+    static func fingerprint(method: String, path: String, body: [UInt8]) -> [UInt8] {
+        var input: [UInt8] = []
+        input.reserveCapacity(method.utf8.count + path.utf8.count + body.count + 24)
+        for part in [Array(method.utf8), Array(path.utf8), body] {
+            withUnsafeBytes(of: UInt64(part.count).littleEndian) { input += $0 }
+            input += part
+        }
+        return sha256(input) ?? input  // OpenSSL failing to digest: the input itself still compares exactly
+    }
+
+    /// What `key` says about a request of `fingerprint` at `now` (ms).
+    mutating func lookup(_ key: String, fingerprint: [UInt8], now: UInt64) -> Lookup {
+        expire(now: now)
+        guard let kept = replies[key] else { return .unseen }
+        return kept.fingerprint == fingerprint ? .replay(kept.response) : .mismatch
+    }
+
+    /// Remembers the reply `response` to the request of `fingerprint` under `key`.
+    mutating func remember(_ key: String, fingerprint: [UInt8], _ response: APIResponse, now: UInt64) {
+        expire(now: now)
+        if replies.count >= Self.capacity, head < order.count {
+            replies[order[head].key] = nil
+            head += 1
+        }
+        replies[key] = (fingerprint, response, now)
+        order.append((key, now))
+    }
+
+    private mutating func expire(now: UInt64) {
+        while head < order.count, order[head].atMs + Self.keepMs <= now {
+            if let kept = replies[order[head].key], kept.atMs == order[head].atMs { replies[order[head].key] = nil }
+            head += 1
+        }
+        if head > 1024 && head * 2 > order.count {
+            order.removeFirst(head)
+            head = 0
+        }
+    }
+}
