@@ -38,8 +38,8 @@ struct AuthGate {
     /// Pending expiries, a binary min-heap on the deadline.
     private(set) var queue: [(deadlineMs: UInt64, id: Int, serial: UInt64)] = []
     private var nextSerial: UInt64 = 1
-    /// address → when a refusal from it was last logged (ms).
-    private var lastLogged: [String: UInt64] = [:]
+    /// The refusals' log lines, per address.
+    private var refusalLog = RateLimitedLogs<String>(intervalMs: AuthGate.logIntervalMs)
 
     /// Whether frames need checking at all: a key file, or `required`.
     func active(_ config: Config) -> Bool { keys != nil || config.auth.required }
@@ -82,12 +82,9 @@ struct AuthGate {
     }
 
     /// Whether a refusal from `address` may be logged now (once per minute
-    /// per address); old entries are dropped as the table grows.
+    /// per address, at most 4,096 addresses a minute: `RateLimitedLogs`).
     mutating func shouldLog(_ address: String, nowMs: UInt64) -> Bool {
-        if let last = lastLogged[address], nowMs &- last < Self.logIntervalMs { return false }
-        if lastLogged.count >= 4096 { lastLogged = lastLogged.filter { nowMs &- $0.value < Self.logIntervalMs } }
-        lastLogged[address] = nowMs
-        return true
+        refusalLog.mayLog(address, nowMs: nowMs)
     }
 }
 
