@@ -21,4 +21,21 @@ import Testing
         #expect(log.ended(nowMs: 132_000) == nil, "said once")
         #expect(log.occurred(nowMs: 133_000) == .first, "a new refusal is said at once")
     }
+
+    @Test("per key: each address said once a minute on its own clock; a table full of addresses said this minute says no new one, and forgets the old ones")
+    func perKeyOncePerMinuteBounded() {
+        var logs = RateLimitedLogs<String>(intervalMs: 60_000, capacity: 3)
+        func say(_ key: String, _ nowMs: UInt64) -> Bool { logs.mayLog(key, nowMs: nowMs) }
+        #expect(say("a", 1_000))
+        #expect(!say("a", 60_999), "said less than a minute ago")
+        #expect(say("b", 30_000), "another address has its own minute")
+        #expect(say("a", 61_000))
+        #expect(!say("b", 61_000))
+        #expect(say("c", 62_000))
+        #expect(!say("d", 62_000), "full of addresses said this minute: a new one is not said")
+        #expect(logs.count == 3, "nor remembered")
+        #expect(say("d", 95_000), "b was said over a minute ago: forgotten, room for d")
+        #expect(logs.count == 3)
+        #expect(say("b", 122_000), "a and c are over a minute old: forgotten when a new address needs the room")
+    }
 }

@@ -40,8 +40,8 @@ struct AuthGate {
     /// exp + 25 s after the client was gone: 1.6 M joins took RSS from 20.8 MB
     /// to 105.7 MB for good, issue 28 item 2.)
     private(set) var expiries = TimingWheel(tickMs: AuthGate.wheelTickMs, slotCount: 256, startMs: 0)
-    /// address → when a refusal from it was last logged (ms).
-    private var lastLogged: [String: UInt64] = [:]
+    /// The refusals' log lines, per address.
+    private var refusalLog = RateLimitedLogs<String>(intervalMs: AuthGate.logIntervalMs)
 
     /// Expiries are rounded up to this, in ms (late by at most one tick).
     static let wheelTickMs: UInt64 = 250
@@ -74,12 +74,9 @@ struct AuthGate {
     }
 
     /// Whether a refusal from `address` may be logged now (once per minute
-    /// per address); old entries are dropped as the table grows.
+    /// per address, at most 4,096 addresses a minute: `RateLimitedLogs`).
     mutating func shouldLog(_ address: String, nowMs: UInt64) -> Bool {
-        if let last = lastLogged[address], nowMs &- last < Self.logIntervalMs { return false }
-        if lastLogged.count >= 4096 { lastLogged = lastLogged.filter { nowMs &- $0.value < Self.logIntervalMs } }
-        lastLogged[address] = nowMs
-        return true
+        refusalLog.mayLog(address, nowMs: nowMs)
     }
 }
 

@@ -27,7 +27,8 @@ struct RateLimitedLog: Equatable {
     private(set) var total = 0
     /// When it began and was last said, in ms.
     private(set) var beganMs: UInt64 = 0
-    private var saidMs: UInt64 = 0
+    /// When it was last said, in ms.
+    private(set) var saidMs: UInt64 = 0
     /// Occurrences since it was last said (not said themselves).
     private var unsaid = 0
 
@@ -59,5 +60,41 @@ struct RateLimitedLog: Equatable {
         guard active else { return nil }
         active = false
         return (total, nowMs &- beganMs)
+    }
+}
+
+/// The log lines of one condition for each of many keys (a peer's address):
+/// each key limited as one `RateLimitedLog` (said, then at most once per
+/// `intervalMs`), at most `capacity` keys remembered so that a scan from
+/// many addresses costs bounded memory. When the table is full of keys said
+/// within the interval, a new key is not said (nor remembered) until some
+/// of them are older: the journal then hears from the first `capacity`
+/// addresses a minute. Used by the `[auth]`, moderation and `proxy_from`
+/// refusals (docs/protocol/notices.md, docs/operations/network.md).
+struct RateLimitedLogs<Key: Hashable> {
+    /// The least time between two lines of one key, in ms.
+    let intervalMs: UInt64
+    /// Keys remembered, at most.
+    let capacity: Int
+    private var logs: [Key: RateLimitedLog] = [:]
+
+    init(intervalMs: UInt64 = 60_000, capacity: Int = 4_096) {
+        self.intervalMs = intervalMs
+        self.capacity = capacity
+    }
+
+    /// Keys remembered now.
+    var count: Int { logs.count }
+
+    /// Whether an occurrence of `key` at `nowMs` (a monotonic clock, ms) is
+    /// to be logged: its first, and then one at least `intervalMs` after the
+    /// one last logged; the others are counted in its `RateLimitedLog`.
+    mutating func mayLog(_ key: Key, nowMs: UInt64) -> Bool {
+        if logs[key] == nil && logs.count >= capacity {
+            // Keys said longer than an interval ago would be said again anyway: forgotten.
+            logs = logs.filter { nowMs &- $0.value.saidMs < intervalMs }
+            if logs.count >= capacity { return false }
+        }
+        return logs[key, default: RateLimitedLog(intervalMs: intervalMs)].occurred(nowMs: nowMs) != .quiet
     }
 }

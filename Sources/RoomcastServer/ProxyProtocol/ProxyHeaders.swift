@@ -23,13 +23,12 @@ struct PendingProxyHeaders {
 
     /// Time to send a complete header, in ms (docs/protocol/proxy.md §14).
     static let headerTimeoutMs: UInt64 = 5_000
-    /// Proxies remembered for the once-a-minute refusal log line, at most.
-    static let refusalMemory = 4_096
 
     var slots = DeadlineSlots<Pending>()
     var count: Int { slots.count }
-    /// When each refused peer IP was last logged, in ms (`proxy_from`).
-    var refusalLogged: [Substring: UInt64] = [:]
+    /// The refusals' log lines (`proxy_from`), once a minute per peer IP,
+    /// for at most 4,096 of them a minute.
+    var refusalLog = RateLimitedLogs<String>()
 
     mutating func add(_ fd: Int32, _ dialect: Dialect, tls: Bool = false, proxyAddress: String, now: UInt64) -> Int {
         slots.add(Pending(fd: fd, dialect: dialect, tls: tls, proxyAddress: proxyAddress), deadline: now + Self.headerTimeoutMs)
@@ -82,12 +81,7 @@ extension Server {
 
     /// Once per minute per peer IP (a scan from outside must not flood the journal).
     private func logProxyRefusal(_ ip: Substring, _ address: String, _ dialect: Dialect, now: UInt64) {
-        if let last = listeners.pending.refusalLogged[ip], now &- last < 60_000 { return }
-        if listeners.pending.refusalLogged.count >= PendingProxyHeaders.refusalMemory {
-            listeners.pending.refusalLogged = listeners.pending.refusalLogged.filter { now &- $0.value < 60_000 }
-            if listeners.pending.refusalLogged.count >= PendingProxyHeaders.refusalMemory { return }
-        }
-        listeners.pending.refusalLogged[Substring(String(ip))] = now
+        guard listeners.pending.refusalLog.mayLog(String(ip), nowMs: now) else { return }
         let section = dialect == .json ? "json" : dialect == .webSocket ? "websocket" : "server"
         logger.warning("refused \(address): not in \(section).proxy_from (logged once a minute per address)",
                        ["CLIENT_ADDR": address, "REASON": "proxy_from"])
