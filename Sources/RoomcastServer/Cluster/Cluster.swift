@@ -162,7 +162,12 @@ final class ClusterLink: RelayObserver {
     var envelope: [UInt8] = []
     var converted: [UInt8] = []
 
-    init(server: Server, address: RedisAddress, settings: Config.Cluster, byteOrder: ByteOrder) {
+    /// - Parameters:
+    ///   - selector: the loop's selector, which both connections register with.
+    ///   - maxMessageBytes: the most a message on the subscriber may hold
+    ///     (`maxMessageBytes(_:json:)` of the protocol and JSON settings).
+    init(server: Server, address: RedisAddress, settings: Config.Cluster, byteOrder: ByteOrder,
+         selector: Selector<Server.Source>, maxMessageBytes: Int) {
         self.server = server
         self.address = address
         self.settings = settings
@@ -174,9 +179,8 @@ final class ClusterLink: RelayObserver {
         heartbeatChannel = channels.heartbeat(origin: origin)
         streams = ClusterStreams(channels: channels)
         envelope.reserveCapacity(1024)
-        publisher = RedisConnection(role: .publisher, link: self, selector: server.selector, maxReplyBytes: Self.maxHashReplyBytes)
-        subscriber = RedisConnection(role: .subscriber, link: self, selector: server.selector,
-                                     maxReplyBytes: Self.maxMessageBytes(server.config.protocol, json: server.config.json))
+        publisher = RedisConnection(role: .publisher, link: self, selector: selector, maxReplyBytes: Self.maxHashReplyBytes)
+        subscriber = RedisConnection(role: .subscriber, link: self, selector: selector, maxReplyBytes: maxMessageBytes)
     }
 
     var nowMs: UInt64 { server.clock() }
