@@ -41,7 +41,9 @@ extension ClusterLink {
     }
 
     /// Reconnects, connect timeouts, heartbeats and the watchdog.
-    func runTimers(now: UInt64) {
+    /// - Parameter roomCounts: this daemon's members per room (the relay's
+    ///   `roomCounts`), read only when the counts are due (`publishCounts`).
+    func runTimers(now: UInt64, roomCounts: @autoclosure () -> [(room: RoomName, members: Int)]) {
         let timeout = settings.timeoutMs
         for c in [publisher!, subscriber!] {
             if let reason = c.pendingReset {
@@ -73,7 +75,7 @@ extension ClusterLink {
             expireSilentDaemons(now: now)
             noteEnvelopeForm()
         }
-        if now >= nextCountsMs { publishCounts(now: now) }
+        if now >= nextCountsMs { publishCounts(now: now, roomCounts: roomCounts()) }
         expireOverdueReturns(now: now)
     }
 

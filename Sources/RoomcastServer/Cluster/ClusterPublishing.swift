@@ -52,9 +52,9 @@ extension ClusterLink {
     /// This daemon's members per room on the daemons channel, when they
     /// changed since the last time or `countsRefreshMs` passed (the
     /// others' viewer counts are the sum, docs/api.md). O(rooms).
-    func publishCounts(now: UInt64) {
+    func publishCounts(now: UInt64, roomCounts: [(room: RoomName, members: Int)]) {
         nextCountsMs = now + Self.countsMinMs
-        ClusterCounts.encode(server.relay.roomCounts, into: &countsPayload)
+        ClusterCounts.encode(roomCounts, into: &countsPayload)
         guard countsPayload != lastCountsPayload || now &- lastCountsMs >= Self.countsRefreshMs else { return }
         guard publisher.pendingOutput + countsPayload.count <= settings.maxOutputBytes else { return }  // the next turn tries again
         countsPayload.withUnsafeBytes {
