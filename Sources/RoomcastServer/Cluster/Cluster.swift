@@ -214,6 +214,13 @@ final class ClusterLink: RelayObserver {
         returnByMs = carried.returnByMs
     }
 
+    /// After a crash whose live log had no origin: this process is a new
+    /// daemon to the others, so the members restored here are announced
+    /// again once the publisher is up (`announceRestoredMembers`).
+    func restoredWithNewOrigin() {
+        restoredAfterCrash = true
+    }
+
     /// What a restart carries over (`HandOverState.cluster`): the origin,
     /// the numbering of this daemon's streams, the positions of the
     /// other daemons' frames delivered here, and when the others stop
