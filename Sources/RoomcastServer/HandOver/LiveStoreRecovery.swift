@@ -47,7 +47,7 @@ extension Server {
         if let carried {
             cluster?.adopt(carried)  // the same daemon to the others, its streams after the numbers they may have seen
         } else {
-            cluster?.restoredAfterCrash = true  // a new origin: the others are told these members are still here
+            cluster?.restoredWithNewOrigin()  // a new origin: the others are told these members are still here
         }
         let now = clock()
         // Bans, mutes and slow mode go on, before any client is served (with

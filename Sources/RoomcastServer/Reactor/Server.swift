@@ -291,7 +291,7 @@ public final class Server {
         resumeAcceptingIfDue(now: now)
         if listeners.pending.count > 0 { expireProxyHeaders(now: now) }
         if tls.pending.count > 0 { expireHandshakes(now: now) }
-        cluster?.runTimers(now: now)
+        cluster?.runTimers(now: now, roomCounts: self.relay.roomCounts)
         if api.count > 0 { expireAPI(now: now) }
         if status.watchdogDue(nowMs: now) { systemd.notify("WATCHDOG=1") }
         if let line = status.statusDue(nowMs: now, figures) {
