@@ -143,9 +143,13 @@ struct AdminDaemonTests {
         #expect(fan.receiveFrame()?.wire == Wire.frame(Wire.gift, GiftMessage(user: UserInfo(level: 2, name: "shop", iconURL: "https://img.example/shop.png"),
                                                                                   giftname: "rose", giftURL: "https://img.example/rose.gif",
                                                                                   giftcount: 3).serialized()))
-        // The same idempotency key again: the first answer, nothing relayed twice.
-        let repeated = try admin.run(["publish", "live 42", "--gift", "rose", "--name", "shop", "--idempotency-key", "order-8812"])
+        // The same request with the same idempotency key: the first answer, nothing relayed twice.
+        let repeated = try admin.run(["publish", "live 42", "--gift", "rose", "--name", "shop", "--level", "2", "--icon", "https://img.example/shop.png",
+                                      "--gift-url", "https://img.example/rose.gif", "--count", "3", "--idempotency-key", "order-8812"])
         #expect(repeated.status == 0 && repeated.out == "{\"delivered\": 1}\n", "\(repeated)")
+        // The key with another request (here another body): 422, nothing relayed (docs/api.md).
+        let reused = try admin.run(["publish", "live 42", "--gift", "rose", "--name", "shop", "--idempotency-key", "order-8812"])
+        #expect(reused.status != 0 && reused.out.contains("idempotency_key_reused"), "\(reused)")
         fan.expectNoFrame(within: .milliseconds(300), "a repeated idempotency key was relayed again")
         let opaque = try admin.run(["publish", "live 42", "--type", "42", "--body-base64", "AAEC/w=="])
         #expect(opaque.status == 0 && opaque.out == "{\"delivered\": 1}\n", "\(opaque)")
