@@ -85,6 +85,8 @@ struct RemoteDaemons {
     /// The daemons awaited back from a hand-over (a few at most: one per
     /// daemon restarting now).
     private(set) var returning: [UInt64: Return] = [:]
+    /// `viewers`' rooms and the members tracked, in order (RemoteListing.swift).
+    private(set) var listing = RemoteListing()
 
     /// Whether a message of `origin` may be taken: it is known, or fewer
     /// than `maxDaemons` are (it is then known from now on). Every message
@@ -109,7 +111,10 @@ struct RemoteDaemons {
         let before = daemons[origin]!.counts.count
         guard countedRooms - before + counts.count <= Self.maxCountedRooms else { return false }
         subtractCounts(daemons[origin]!.counts)
-        for (room, n) in counts { viewers[room, default: 0] += n }
+        for (room, n) in counts {
+            if viewers[room] == nil { listing.counted(room, true) }
+            viewers[room, default: 0] += n
+        }
         countedRooms += counts.count - before
         daemons[origin]!.counts = counts
         daemons[origin]!.countsAtMs = nowMs
@@ -141,6 +146,7 @@ struct RemoteDaemons {
     private mutating func subtractCounts(_ counts: [RoomName: Int]) {
         for (room, n) in counts {
             let left = (viewers[room] ?? 0) - n
+            if left <= 0, viewers[room] != nil { listing.counted(room, false) }
             viewers[room] = left > 0 ? left : nil
         }
     }
@@ -198,6 +204,7 @@ struct RemoteDaemons {
             guard memberCount < Self.maxMembers else { return false }
             memberCount += 1
         }
+        listing.moved(origin, address, from: daemons[origin]!.members[address]?.room, to: room)
         daemons[origin]!.members[address] = Member(room: room, identity: identity, sub: sub)
         return true
     }
@@ -206,11 +213,13 @@ struct RemoteDaemons {
     mutating func left(_ origin: UInt64, address: String, room: RoomName) {
         guard daemons[origin]?.members[address]?.room == room else { return }
         daemons[origin]!.members[address] = nil
+        listing.moved(origin, address, from: room, to: nil)
         memberCount -= 1
     }
 
     /// `room` has no member here any more: nobody here is owed its leaves.
     mutating func roomClosed(_ room: RoomName) {
+        listing.closed(room)
         for origin in daemons.keys {
             let before = daemons[origin]!.members.count
             daemons[origin]!.members = daemons[origin]!.members.filter { $0.value.room != room }
@@ -223,6 +232,7 @@ struct RemoteDaemons {
         returning[origin] = nil
         guard let d = daemons.removeValue(forKey: origin) else { return [:] }
         if !d.readsSub { legacyReaders -= 1 }
+        for (address, m) in d.members { listing.moved(origin, address, from: m.room, to: nil) }
         memberCount -= d.members.count
         subtractCounts(d.counts)
         countedRooms -= d.counts.count
