@@ -110,11 +110,12 @@ struct RemoteDaemons {
         ensure(origin, nowMs: nowMs)
         let before = daemons[origin]!.counts.count
         guard countedRooms - before + counts.count <= Self.maxCountedRooms else { return false }
-        subtractCounts(daemons[origin]!.counts)
-        for (room, n) in counts {
-            if viewers[room] == nil { listing.counted(room, true) }
-            viewers[room, default: 0] += n
-        }
+        // The listing changes only for rooms that come or go: a refresh of
+        // the same rooms (every few seconds) costs it nothing.
+        for room in counts.keys where viewers[room] == nil { listing.counted(room, true) }
+        subtractCounts(daemons[origin]!.counts, unlist: false)
+        for (room, n) in counts { viewers[room, default: 0] += n }
+        for room in daemons[origin]!.counts.keys where viewers[room] == nil { listing.counted(room, false) }
         countedRooms += counts.count - before
         daemons[origin]!.counts = counts
         daemons[origin]!.countsAtMs = nowMs
@@ -143,10 +144,10 @@ struct RemoteDaemons {
         return forgotten
     }
 
-    private mutating func subtractCounts(_ counts: [RoomName: Int]) {
+    private mutating func subtractCounts(_ counts: [RoomName: Int], unlist: Bool = true) {
         for (room, n) in counts {
             let left = (viewers[room] ?? 0) - n
-            if left <= 0, viewers[room] != nil { listing.counted(room, false) }
+            if unlist, left <= 0, viewers[room] != nil { listing.counted(room, false) }
             viewers[room] = left > 0 ? left : nil
         }
     }
