@@ -109,19 +109,14 @@ extension Server {
         guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
         let n = try limit(items)
         let after = items["cursor"] ?? []
-        let page: [(room: RoomName, viewers: Int)], more: Bool
-        if let remote = cluster?.remote.viewers, !remote.isEmpty {
-            // Rooms of other daemons are not in the relay's index (yet): sorted per page, O(rooms log rooms).
-            let sorted = clusterViewerCounts.sorted { $0.room.bytes.lexicographicallyPrecedes($1.room.bytes) }
-                .filter { after.isEmpty || after.lexicographicallyPrecedes($0.room.bytes) }
-            page = Array(sorted.prefix(n))
-            more = sorted.count > n
-        } else {
-            // Rooms here only: a page of the relay's ordered index, O(log rooms + limit).
-            let got = relay.roomsPage(after: after, limit: n)
-            page = got.rooms.map { ($0, relay.memberCount(of: $0)) }
-            more = got.more
+        // A page of the relay's ordered index, merged with one of the other
+        // daemons' rooms (RemoteListing.swift): O(log rooms + limit).
+        let got = relay.roomsPage(after: after, limit: n)
+        var rooms = got.rooms, more = got.more
+        if let remote = cluster?.remote, !remote.viewers.isEmpty {
+            (rooms, more) = RemoteListing.merged((rooms, more), remote.listing.roomsPage(after: after, limit: n), limit: n)
         }
+        let page = rooms.map { (room: $0, viewers: viewers(of: $0)) }
         let list = page.map { "{\"room\": \(jsonStringLiteral($0.room.string)), \"viewers\": \($0.viewers)}" }.joined(separator: ", ")
         let next = more ? jsonStringLiteral(percentEncoded(page.last!.room.bytes)) : "null"
         return .json("{\"rooms\": [\(list)], \"next_cursor\": \(next)}")
@@ -151,15 +146,17 @@ extension Server {
     /// §12; `null`: none, or a daemon that sends only version 1).
     private func remoteMembersJSON(_ room: RoomName, limit n: Int, after: [UInt8]) -> (list: String, next: String) {
         guard let cluster else { return ("", "null") }
-        func key(_ origin: UInt64, _ address: String) -> [UInt8] { Array("\(ClusterEnvelope.hex(origin))/\(address)".utf8) }
-        let all = cluster.remote.members(in: room).filter { after.isEmpty || after.lexicographicallyPrecedes(key($0.origin, $0.address)) }
-        let page = all.prefix(n)
+        // A page of the room's ordered index (RemoteListing.swift): O(log members + limit).
+        let got = cluster.remote.listing.membersPage(in: room, after: after, limit: n)
+        let page = got.keys.compactMap { k in
+            cluster.remote.daemons[k.origin]?.members[k.address].map { (origin: k.origin, address: k.address, member: $0, key: k.bytes) }
+        }
         let list = page.map { m in
             let name = (try? UserInfo(protobuf: m.member.identity))?.name ?? ""
             return "{\"daemon\": \"\(ClusterEnvelope.hex(m.origin))\", \"name\": \(jsonStringLiteral(name)), "
                 + "\"sub\": \(m.member.sub.map(jsonStringLiteral) ?? "null"), \"addr\": \(jsonStringLiteral(m.address))}"
         }.joined(separator: ", ")
-        let next = all.count > n ? jsonStringLiteral(percentEncoded(key(page.last!.origin, page.last!.address))) : "null"
+        let next = got.more ? jsonStringLiteral(percentEncoded(got.keys.last!.bytes)) : "null"
         return (list, next)
     }
 

@@ -85,6 +85,8 @@ struct RemoteDaemons {
     /// The daemons awaited back from a hand-over (a few at most: one per
     /// daemon restarting now).
     private(set) var returning: [UInt64: Return] = [:]
+    /// `viewers`' rooms and the members tracked, in order (RemoteListing.swift).
+    private(set) var listing = RemoteListing()
 
     /// Whether a message of `origin` may be taken: it is known, or fewer
     /// than `maxDaemons` are (it is then known from now on). Every message
@@ -108,8 +110,12 @@ struct RemoteDaemons {
         ensure(origin, nowMs: nowMs)
         let before = daemons[origin]!.counts.count
         guard countedRooms - before + counts.count <= Self.maxCountedRooms else { return false }
-        subtractCounts(daemons[origin]!.counts)
+        // The listing changes only for rooms that come or go: a refresh of
+        // the same rooms (every few seconds) costs it nothing.
+        for room in counts.keys where viewers[room] == nil { listing.counted(room, true) }
+        subtractCounts(daemons[origin]!.counts, unlist: false)
         for (room, n) in counts { viewers[room, default: 0] += n }
+        for room in daemons[origin]!.counts.keys where viewers[room] == nil { listing.counted(room, false) }
         countedRooms += counts.count - before
         daemons[origin]!.counts = counts
         daemons[origin]!.countsAtMs = nowMs
@@ -138,9 +144,10 @@ struct RemoteDaemons {
         return forgotten
     }
 
-    private mutating func subtractCounts(_ counts: [RoomName: Int]) {
+    private mutating func subtractCounts(_ counts: [RoomName: Int], unlist: Bool = true) {
         for (room, n) in counts {
             let left = (viewers[room] ?? 0) - n
+            if unlist, left <= 0, viewers[room] != nil { listing.counted(room, false) }
             viewers[room] = left > 0 ? left : nil
         }
     }
@@ -198,6 +205,7 @@ struct RemoteDaemons {
             guard memberCount < Self.maxMembers else { return false }
             memberCount += 1
         }
+        listing.moved(origin, address, from: daemons[origin]!.members[address]?.room, to: room)
         daemons[origin]!.members[address] = Member(room: room, identity: identity, sub: sub)
         return true
     }
@@ -206,11 +214,13 @@ struct RemoteDaemons {
     mutating func left(_ origin: UInt64, address: String, room: RoomName) {
         guard daemons[origin]?.members[address]?.room == room else { return }
         daemons[origin]!.members[address] = nil
+        listing.moved(origin, address, from: room, to: nil)
         memberCount -= 1
     }
 
     /// `room` has no member here any more: nobody here is owed its leaves.
     mutating func roomClosed(_ room: RoomName) {
+        listing.closed(room)
         for origin in daemons.keys {
             let before = daemons[origin]!.members.count
             daemons[origin]!.members = daemons[origin]!.members.filter { $0.value.room != room }
@@ -223,6 +233,7 @@ struct RemoteDaemons {
         returning[origin] = nil
         guard let d = daemons.removeValue(forKey: origin) else { return [:] }
         if !d.readsSub { legacyReaders -= 1 }
+        for (address, m) in d.members { listing.moved(origin, address, from: m.room, to: nil) }
         memberCount -= d.members.count
         subtractCounts(d.counts)
         countedRooms -= d.counts.count

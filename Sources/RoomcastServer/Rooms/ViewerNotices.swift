@@ -13,16 +13,6 @@ extension Server {
         relay.memberCount(of: room) + (cluster?.remote.viewers[room] ?? 0)
     }
 
-    /// Every room with viewers here or on another daemon, and its count
-    /// over the cluster, in no fixed order. O(rooms).
-    var clusterViewerCounts: [(room: RoomName, viewers: Int)] {
-        let local = relay.roomCounts
-        guard let remote = cluster?.remote.viewers, !remote.isEmpty else { return local.map { ($0.room, $0.members) } }
-        var all: [RoomName: Int] = remote
-        for (room, n) in local { all[room, default: 0] += n }
-        return all.map { ($0.key, $0.value) }
-    }
-
     /// `[rooms] counts` (re)armed at start and on reload.
     func scheduleViewerCounts(now: UInt64) {
         viewerCounts.schedule(intervalMs: config.rooms.countsMs, nowMs: now)
