@@ -9,18 +9,22 @@
 ///     header   magic "RCHO" (4) | version u16 | header bytes u16 (24)
 ///              | payload bytes u64 | CRC-32 of the payload u32 | 0 u32
 ///     payload  records: tag u16 | length u32 | value (length bytes)
-///              tag 1: the globals (nested records, `GlobalTag`)
-///              tag 2: one connection (nested records, `FieldTag`)
-///              tag 3: the cluster link (nested records, `ClusterTag`), if any
+///              tag 1: the globals (nested records)
+///              tag 2: one connection (nested records)
+///              tag 3: the cluster link (nested records), if any
 ///              tag 4: one WebSocket connection (the fields of tag 2 and
-///                     its `FieldTag.webSocket` record), a tag of its own so
+///                     its WebSocket record), a tag of its own so
 ///                     that a reader before it skips it (and closes or serves
 ///                     afresh the descriptor, instead of speaking LTB to it)
-///              tag 5: one ban, mute or room setting (`ModerationTag`: its
-///                     hash field and value, ModerationWire.swift)
-///              tag 6: one room's stream (`RoomTag`: name, epoch, seq, and
+///              tag 5: one ban, mute or room setting (its hash field and
+///                     value, ModerationWire.swift)
+///              tag 6: one room's stream (name, epoch, seq, and
 ///                     each recent frame as a nested record of its seq and
 ///                     bytes; docs/protocol/positions.md §4, "Positions and resume")
+///
+/// Each kind of record is one table of fields in HandOverStateTables.swift
+/// (tag, value coder, where the field lives), which one codec
+/// (HandOverStateCodec.swift) writes and reads.
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -34,7 +38,9 @@
 /// - Header bytes past 24 (a larger `header bytes`) are skipped.
 ///
 /// `Tests/Fixtures/handover-state-v1.bin` is a file written by version 1,
-/// decoded by the tests of every later version.
+/// decoded by the tests of every later version;
+/// `Tests/Fixtures/handover-state-golden.hex` pins the bytes of a state with
+/// every field set (HandOverStateGoldenTests).
 ///
 /// Standard library only: the encoding is pure; the server writes the bytes
 /// into a sealed memfd.

@@ -231,4 +231,11 @@ struct HandOverStateWireTests {
         #expect(Self.error(TLV.record(1, TLV.u32(0x5701, 1)) + TLV.webSocket(TLV.u64(7, UInt64.max), input: [1]))
                 == .damaged("\(Int.max) bytes of a WebSocket frame checked, 1 unconsumed"))
     }
+
+    @Test("the size bounds count more fields than the tables have, so a new row keeps them bounds")
+    func boundsCoverTheTables() {
+        #expect(HandOverState.connection.fields.count < HandOverState.maxConnectionFields)
+        #expect(HandOverState.webSocket.fields.count < HandOverState.maxWebSocketFields)
+        #expect(HandOverState.globals.fields.count < 16, "globalsBytesBound counts 16")
+    }
 }
