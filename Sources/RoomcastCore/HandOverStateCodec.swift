@@ -17,7 +17,8 @@ extension HandOverState {
     /// `group`; a field may write no record (a default left out), one, or
     /// one per element. Where the field lives is a `get` and a `set`
     /// closure, not a key path: applying a key path costs a runtime lookup
-    /// (4 times the encoding time of 20,000 connections, 37 ms against 9).
+    /// (20,000 connections encode in 37 ms through key paths, 17.5 through
+    /// closures, 9.5 with every field written by hand).
     struct Field<Record>: Sendable {
         let tag: UInt16
         let write: @Sendable (Record, inout Writer) -> Void

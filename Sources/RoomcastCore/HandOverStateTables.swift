@@ -1,10 +1,15 @@
 // The record kinds of the hand-over state, one table each (the format:
 // HandOverState.swift; the codec that walks the tables:
-// HandOverStateCodec.swift). A row is one field: its tag, where it lives in
-// the value, how its bytes read and when it is left out. Carrying a new
-// field is one row with a tag new to its table; a reader before it skips
-// the record, a writer before it leaves it out and the field reads as its
-// default. A row's place in its table is the order its record is written in.
+// HandOverStateCodec.swift). A row is one field: its tag, its value coder
+// (how its bytes read, the name its errors give it), where it lives (a get
+// and a set closure) and the default left out (`omit:`). A row's place in
+// its table is the order its record is written in.
+//
+// Carrying a new field is one row with a tag new to its table, e.g.
+//     .field(0x6101, .u32("replays"), { $0.replays }, { $0.replays = $1 }, omit: 0),
+// a reader before it skips the record; a writer before it leaves it out, and
+// the field reads as its default. A new kind of record is a table and a row
+// in `payload`.
 //
 // Tags run from 1 in each table. A field added beside other work takes a tag
 // far from the sequence (0x4101 signed joins, 0x5001 positions, 0x5701
