@@ -78,9 +78,11 @@ public struct HandOverState: Equatable, Sendable {
     /// and the last number it gave (frames it could not publish meanwhile
     /// show as a gap, never as a new daemon).
     public struct Cluster: Equatable, Sendable {
+        /// The daemon's origin id on the cluster channel (never 0).
         public var origin: UInt64
         /// The last stream id drawn (`ClusterStreams`).
         public var lastStream: UInt64
+        /// Per room with members: its stream and last number.
         public var streams: [Stream]
         /// The receiving side's positions (`ClusterSequenceTracker.carried`).
         public var positions: [ClusterSequenceTracker.Carried] = []
@@ -92,13 +94,16 @@ public struct HandOverState: Equatable, Sendable {
         /// nil: nothing announced (Redis was down), or an older writer.
         public var returnByMs: UInt64? = nil
 
+        /// One room's publishing stream: its id and the last number given in it.
         public struct Stream: Equatable, Sendable {
             public var room: RoomName
             public var id: UInt64
             public var seq: UInt64
+            /// A stream of `room`, its `id` and last number `seq`.
             public init(room: RoomName, id: UInt64, seq: UInt64) { self.room = room; self.id = id; self.seq = seq }
         }
 
+        /// A link's carried state, with no return deadline (`returnByMs` nil).
         public init(origin: UInt64, lastStream: UInt64, streams: [Stream], positions: [ClusterSequenceTracker.Carried] = []) {
             self.origin = origin
             self.lastStream = lastStream
@@ -107,6 +112,7 @@ public struct HandOverState: Equatable, Sendable {
         }
     }
 
+    /// A state with these fields, every other at its default.
     public init(stoppedReadingMs: UInt64 = 0, writer: String = "", connections: [Record] = []) {
         self.stoppedReadingMs = stoppedReadingMs
         self.writer = writer
@@ -142,6 +148,7 @@ public struct HandOverState: Equatable, Sendable {
         /// Time until the server's next ping (`[websocket] ping_interval`),
         /// in ms; nil: unknown (the next process pings when it starts).
         public var nextPingMs: UInt32? = nil
+        /// Not upgraded, every field at its default.
         public init() {}
     }
 
@@ -152,6 +159,7 @@ public struct HandOverState: Equatable, Sendable {
         /// Matches the connection's descriptor in the box (the writer's
         /// connection id).
         public var key: UInt64
+        /// The protocol it speaks.
         public var dialect: Dialect = .ltb
         /// The peer, `1.2.3.4:P` or `[::1]:P`, as the writer logged it.
         public var peerAddress: String = ""
@@ -173,6 +181,7 @@ public struct HandOverState: Equatable, Sendable {
         public var violations: UInt32 = 0
         /// The rate limits' token buckets, in milli-tokens; nil: no bucket.
         public var frameMilliTokens: Int64? = nil
+        /// The byte bucket, in milli-tokens as the frame bucket above.
         public var byteMilliTokens: Int64? = nil
         /// The peer had sent EOF: it has left its room and only its owed
         /// output is still being flushed.
@@ -206,11 +215,13 @@ public struct HandOverState: Equatable, Sendable {
         /// (docs/api.md "Moderation"). nil: none, or a writer before it was added.
         public var lastTextMs: UInt64? = nil
 
+        /// A record of connection `key`, every other field at its default.
         public init(key: UInt64) { self.key = key }
     }
 
     // MARK: - Format constants
 
+    /// The first 4 bytes of every state.
     public static let magic: [UInt8] = Array("RCHO".utf8)
     /// The version `encode` writes.
     public static let currentVersion: UInt16 = 1
@@ -235,6 +246,7 @@ public enum CRC32 {
         return crc ^ 0xFFFF_FFFF
     }
 
+    /// The CRC-32 of `bytes`.
     public static func checksum(_ bytes: [UInt8]) -> UInt32 {
         bytes.withUnsafeBytes { checksum($0) }
     }

@@ -8,6 +8,7 @@ extension HandOverState {
         /// Truncated, corrupted or not a hand-over state at all.
         case damaged(String)
 
+        /// The log's `REASON=` code: `handover_state_version` or `handover_state_damaged`.
         public var reason: String {
             switch self {
             case .unknownVersion: "handover_state_version"
@@ -15,6 +16,7 @@ extension HandOverState {
             }
         }
 
+        /// The log line's text: what was wrong, where the bytes say it.
         public var description: String {
             switch self {
             case .unknownVersion(let v): "hand-over state version \(v) is newer than this binary's (\(HandOverState.currentVersion))"
