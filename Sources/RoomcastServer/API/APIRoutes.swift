@@ -176,7 +176,7 @@ extension Server {
         let fingerprint = key.map { _ in IdempotencyCache.fingerprint(method: request.method, path: request.path, body: body) }
         if let key, let fingerprint {
             switch api.idempotency.lookup(key, fingerprint: fingerprint, now: now) {
-            case .replay(let first): return first
+            case .replay(let delivered): return IdempotencyCache.reply(delivered: delivered)
             case .mismatch: throw IdempotencyCache.mismatchError
             case .unseen: break
             }
@@ -232,17 +232,17 @@ extension Server {
         }
         let frame = FrameCodec.encode(type: type, body: frameBody, byteOrder: s.byteOrder)
         let result = frame.withUnsafeBytes { relay.publish($0, type: type, toRoom: room, sink: table.fanout) }
-        let response: APIResponse
+        let delivered: UInt64
         switch result {
         case .success(let n):
             status.framesIn &+= 1
             relay.countReceived(type)
-            response = .json("{\"delivered\": \(n)}")
+            delivered = UInt64(n)
         case .failure(let e):
             throw APIError(422, "bad_publish", "the frame would be refused: \(e)")
         }
-        if let key, let fingerprint { api.idempotency.remember(key, fingerprint: fingerprint, response, now: now) }
-        return response
+        if let key, let fingerprint { api.idempotency.remember(key, fingerprint: fingerprint, delivered: delivered, now: now) }
+        return IdempotencyCache.reply(delivered: delivered)
     }
 
     /// POST /v1/rooms/{room}/kick: every member with that `sub` (or `name`)
