@@ -231,18 +231,13 @@ extension Server {
             throw APIError(413, "frame_too_large", "the frame body is \(frameBody.count) bytes, over protocol.max_frame_bytes (\(config.protocol.maxFrameBytes))")
         }
         let frame = FrameCodec.encode(type: type, body: frameBody, byteOrder: s.byteOrder)
-        let result = frame.withUnsafeBytes { relay.publish($0, type: type, toRoom: room, sink: table.fanout) }
-        let delivered: UInt64
-        switch result {
-        case .success(let n):
-            status.framesIn &+= 1
-            relay.countReceived(type)
-            delivered = UInt64(n)
-        case .failure(let e):
-            throw APIError(422, "bad_publish", "the frame would be refused: \(e)")
+        if let key, let fingerprint, let cluster {
+            // Claimed cluster-wide first (APIIdempotency.swift); nil: Redis
+            // cannot take the claim now, the local cache alone decides.
+            let pending = PendingPublish(key: key, fingerprint: fingerprint, room: room, type: type, frame: frame)
+            if let deferred = claimPublish(pending, cluster: cluster, now: now) { return deferred }
         }
-        if let key, let fingerprint { api.idempotency.remember(key, fingerprint: fingerprint, delivered: delivered, now: now) }
-        return IdempotencyCache.reply(delivered: delivered)
+        return IdempotencyCache.reply(delivered: try relayPublish(frame, type: type, room: room, key: key, fingerprint: fingerprint, now: now))
     }
 
     /// POST /v1/rooms/{room}/kick: every member with that `sub` (or `name`)
