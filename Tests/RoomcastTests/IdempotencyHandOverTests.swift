@@ -76,6 +76,40 @@ struct IdempotencyHandOverTests {
         #expect(Self.gifts(y.peer) == 1, "forgotten after its 5 minutes, counted from the first request")
     }
 
+    @Test("with a cluster: a keyed publish whose claim is in flight when the hand-over begins is relayed once; the retry on the next process gets its reply")
+    func claimInFlightAtHandOver() throws {
+        let redis = try RedisServer()
+        let dir = try TempDirectory()
+        let path = dir.path + "/api.sock"
+        let sections = HandOverTests.config + "[api]\nlisten = unix:\(path)\n[cluster]\nredis = \(redis.address)\nname = ih\n"
+        let clock = HandOverTests.ManualClock()
+        let a = try HandOverTests.Node(sections, clock: clock)
+        #expect(waitUntil(.seconds(5)) { _ = try? a.tick(); return a.server.cluster?.connected == true })
+        let x = a.connect()
+        HandOverTests.send(x.peer, HandOverTests.join("alice", room: "r1"))
+        try a.tick()
+        _ = HandOverTests.drain(x.peer)
+        let fd = APIHandOverTests.connectUnix(path)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let body = Self.gift("rose")
+        HandOverTests.send(fd, Array(("POST /v1/rooms/r1/publish HTTP/1.1\r\nHost: x\r\nIdempotency-Key: in-flight\r\n"
+                                      + "Content-Length: \(body.utf8.count)\r\n\r\n" + body).utf8))
+        #expect(waitUntil(.seconds(2)) { _ = try? a.tick(); return a.server.cluster!.claimsWaiting == 1 }, "the claim was sent")
+        // The reply is still to come: the hand-over begins (the API connection is closed, the backend will retry).
+        let b = try HandOverTests.handOver(a, sections: sections)
+        #expect(waitUntil(.seconds(5)) { _ = try? b.tick(); return b.server.cluster?.connected == true })
+        var got = HandOverTests.drain(x.peer) ?? []
+        for _ in 0..<20 { try b.tick(); got += HandOverTests.drain(x.peer) ?? [] }
+        #expect(HandOverTests.frames(got).filter { $0.0 == 3 }.count == 1, "relayed once, by the process that claimed it")
+        let stored = (redis.cli(["GET", "roomcast:ih:idem:in-flight"]) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(stored.hasSuffix(" 1"), "its answer is in Redis, not left in progress: \(stored)")
+        let retry = try Self.publish(b, path, key: "in-flight", gift: "rose")
+        #expect(retry.hasPrefix("HTTP/1.1 200") && retry.contains("{\"delivered\": 1}"), "\(retry)")
+        try b.tick()
+        #expect(Self.gifts(x.peer) == 0, "the retry relayed a second gift")
+    }
+
     @Test("the record round-trips; one outside the bounds (no key, a short fingerprint, more than 5 minutes) is dropped, not the state")
     func recordRoundTrips() throws {
         var state = HandOverState(stoppedReadingMs: 9, writer: "t")

@@ -58,7 +58,7 @@ extension Server {
     func claimPublish(_ p: PendingPublish, cluster: ClusterLink, now: UInt64) -> APIResponse? {
         let token = api.nextClaim
         guard cluster.claimIdempotency(p.key, fingerprint: p.fingerprint, token: token) else {
-            noteIdempotencyFallback(cluster, "Redis is not connected", now: now)
+            noteIdempotencyFallback(cluster, "the publisher is not connected, or its output is over max_output_bytes", now: now)
             return nil
         }
         api.nextClaim &+= 1
@@ -131,6 +131,8 @@ extension Server {
         } else if !api.connections[id]!.input.isEmpty {
             api.connections[id]!.unanswered = true
             api.connections[id]!.requestDeadlineMs = now + APIServer.requestTimeoutMs
+        } else if c.peerClosed {
+            api.connections[id]!.unanswered = true  // answerAPI sees the end and closes it once written
         }
         flushAPI(id)  // pipelined requests behind it: queued for the next turn (api.again)
     }

@@ -280,6 +280,7 @@ extension Server {
     func expireAPI(now: UInt64) {
         for id in api.connections.indices {
             guard let c = api.connections[id] else { continue }
+            if c.parkedToken != nil { continue }  // waiting for Redis: bounded by cluster.timeout (APIIdempotency.swift)
             if let deadline = c.requestDeadlineMs, now >= deadline, !c.closeAfterWrite {
                 api.connections[id]!.output.append(contentsOf: apiErrorResponse(APIError(408, "request_timeout",
                     "the request was not complete within \(APIServer.requestTimeoutMs / 1000) s"), close: true))
