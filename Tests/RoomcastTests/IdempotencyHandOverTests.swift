@@ -4,6 +4,7 @@
 // `systemctl restart`, gets the first reply instead of relaying a second
 // paid gift. In-process, with HandOverTests' servers, fake fd store and
 // manual clock; the API on a Unix socket (the daemon's own uid may ask).
+import Foundation
 import Glibc
 import Testing
 @testable import RoomcastCore
@@ -93,11 +94,18 @@ struct IdempotencyHandOverTests {
         try #require(fd >= 0)
         defer { close(fd) }
         let body = Self.gift("rose")
+        // Redis takes the claim but answers only once the hand-over is under way
+        // (stopped, then continued 50 ms later, within the 200 ms the hand-over waits).
+        let pid = try #require(redis.child?.pid)
+        redis.freeze()
         HandOverTests.send(fd, Array(("POST /v1/rooms/r1/publish HTTP/1.1\r\nHost: x\r\nIdempotency-Key: in-flight\r\n"
                                       + "Content-Length: \(body.utf8.count)\r\n\r\n" + body).utf8))
         #expect(waitUntil(.seconds(2)) { _ = try? a.tick(); return a.server.cluster!.claimsWaiting == 1 }, "the claim was sent")
+        let thaw = Thread { usleep(50_000); kill(pid, SIGCONT) }
+        thaw.start()
         // The reply is still to come: the hand-over begins (the API connection is closed, the backend will retry).
         let b = try HandOverTests.handOver(a, sections: sections)
+        redis.thaw()
         #expect(waitUntil(.seconds(5)) { _ = try? b.tick(); return b.server.cluster?.connected == true })
         var got = HandOverTests.drain(x.peer) ?? []
         for _ in 0..<20 { try b.tick(); got += HandOverTests.drain(x.peer) ?? [] }
@@ -126,6 +134,22 @@ struct IdempotencyHandOverTests {
         #expect(back.idempotency == [good])
         #expect(try HandOverState.decode(HandOverState(stoppedReadingMs: 9, writer: "t").encode()).idempotency.isEmpty,
                 "an older writer: none")
+
+        // A reader before the record sees an unknown tag: it skips it and keeps the rest.
+        var older = state
+        older.connections = [HandOverState.Record(key: 4)]
+        var bytes = older.encode()
+        var i = 24
+        while i + 6 <= bytes.count {
+            let tag = UInt16(bytes[i]) | UInt16(bytes[i + 1]) << 8
+            let length = Int(bytes[i + 2]) | Int(bytes[i + 3]) << 8 | Int(bytes[i + 4]) << 16 | Int(bytes[i + 5]) << 24
+            if tag == 0x4901 { bytes[i + 1] = 0x7E }  // 0x7E01: a tag no reader knows
+            i += 6 + length
+        }
+        let crc = bytes.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[24...])) }
+        withUnsafeBytes(of: crc.littleEndian) { for k in 0..<4 { bytes[16 + k] = $0[k] } }
+        let skipped = try HandOverState.decode(bytes)
+        #expect(skipped.idempotency.isEmpty && skipped.connections.map(\.key) == [4])
 
         var cache = IdempotencyCache()
         cache.restore(back.idempotency, now: 50)

@@ -167,7 +167,11 @@ extension Server {
     ///   began instead (the clients see a close, as on a stop).
     func completeHandOver() -> Bool {
         handOver.pending = false
+        let claims = api.claims.count
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
+        // Idempotency-Key claims answered meanwhile relayed their publishes:
+        // out of this pass's batch into the outboxes that are carried.
+        if api.claims.count < claims { reapAndFlush(now: clock()) }
         let now = clock()
         let tlsClosed = closeTLSForRestart()
         let carried = cluster?.carry()
