@@ -19,6 +19,7 @@ extension HandOverState {
         /// Time left before it is forgotten, in ms, at most `maxRemainingMs`.
         public var remainingMs: UInt32
 
+        /// An entry as `IdempotencyCache.carried` writes it (not checked: `isWellFormed`).
         public init(key: [UInt8], fingerprint: [UInt8], delivered: UInt64, remainingMs: UInt32) {
             self.key = key
             self.fingerprint = fingerprint
@@ -26,10 +27,11 @@ extension HandOverState {
             self.remainingMs = remainingMs
         }
 
-        /// Bounds a reader holds an entry to (docs/api.md): the API's key
-        /// length, SHA-256's size, the 5 minutes a key is kept.
+        /// The longest key, in bytes (the API's bound, docs/api.md).
         public static let maxKeyBytes = 255
+        /// A fingerprint's size: SHA-256's, in bytes.
         public static let fingerprintBytes = 32
+        /// The longest time left, in ms: the 5 minutes a key is kept.
         public static let maxRemainingMs: UInt32 = 5 * 60_000
         /// Entries a reader takes at most (the API's cache capacity).
         public static let maxEntries = 100_000
