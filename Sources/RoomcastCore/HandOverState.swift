@@ -21,6 +21,8 @@
 ///              tag 6: one room's stream (`RoomTag`: name, epoch, seq, and
 ///                     each recent frame as a nested record of its seq and
 ///                     bytes; docs/protocol/positions.md §4, "Positions and resume")
+///              tag 0x4901: one remembered Idempotency-Key (`IdempotencyTag`:
+///                     key, fingerprint, delivered, time left; docs/api.md)
 ///
 /// Versioning rules, so that version N+1 reads version N:
 /// - A reader skips records whose tag it does not know, and gives a field
@@ -66,6 +68,10 @@ public struct HandOverState: Equatable, Sendable {
     /// from a crash, this one included (`roomcast_handovers_total`); 0 from
     /// a writer before it was added.
     public var handOvers: UInt64 = 0
+    /// The API's remembered Idempotency-Keys, oldest first
+    /// (HandOverStateIdempotency.swift, record tag 0x4901); empty before
+    /// they were added.
+    public var idempotency: [IdempotencyEntry] = []
 
     /// What the cluster link carries over, so that the other daemons see the
     /// same daemon go on: its origin and, per room with members, its stream

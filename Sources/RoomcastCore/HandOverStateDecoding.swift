@@ -97,6 +97,21 @@ extension HandOverState {
                 if let record = ModerationRecord(field: field, value: text) { state.moderation.append(record) }
             case .room:
                 state.rooms.append(try decodeRoom(value))
+            case .idempotency:
+                // Idempotency-Keys (HandOverStateIdempotency.swift): one outside
+                // the API's bounds, or past the cache's capacity, is dropped, not the state.
+                var fields = Reader(value)
+                var e = IdempotencyEntry(key: [], fingerprint: [], delivered: 0, remainingMs: 0)
+                while let (f, v) = try fields.next() {
+                    switch IdempotencyTag(rawValue: f) {
+                    case .key: e.key = Array(v)
+                    case .fingerprint: e.fingerprint = Array(v)
+                    case .delivered: e.delivered = try Reader.u64(v, "idempotency delivered count")
+                    case .remainingMs: e.remainingMs = try Reader.u32(v, "idempotency time left")
+                    case nil: break
+                    }
+                }
+                if e.isWellFormed && state.idempotency.count < IdempotencyEntry.maxEntries { state.idempotency.append(e) }
             case .webSocketConnection:
                 let r = try decodeRecord(value)
                 guard r.dialect == .webSocket, r.webSocket != nil else { throw .damaged("a WebSocket connection record without its WebSocket state") }

@@ -120,6 +120,15 @@ extension HandOverState {
                 }
             }
         }
+        // Idempotency-Keys (HandOverStateIdempotency.swift): one record each.
+        for e in idempotency {
+            w.nested(RecordTag.idempotency.rawValue) { w in
+                w.bytes(IdempotencyTag.key.rawValue, e.key)
+                w.bytes(IdempotencyTag.fingerprint.rawValue, e.fingerprint)
+                w.u64(IdempotencyTag.delivered.rawValue, e.delivered)
+                w.u32(IdempotencyTag.remainingMs.rawValue, e.remainingMs)
+            }
+        }
         let payloadBytes = w.bytes.count - Self.headerSize
         let crc = w.bytes.withUnsafeBytes { CRC32.checksum(UnsafeRawBufferPointer(rebasing: $0[Self.headerSize...])) }
         w.patch(at: 8, UInt64(payloadBytes))

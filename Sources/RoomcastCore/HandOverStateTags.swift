@@ -7,6 +7,9 @@ extension HandOverState {
         case webSocketConnection = 4
         case moderation = 5
         case room = 6
+        /// One remembered Idempotency-Key (`IdempotencyTag`, HandOverStateIdempotency.swift):
+        /// far from the sequence above, so that records other changes add there cannot collide.
+        case idempotency = 0x4901
     }
 
     enum RoomTag: UInt16 {

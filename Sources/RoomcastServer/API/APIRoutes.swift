@@ -176,7 +176,7 @@ extension Server {
         let fingerprint = key.map { _ in IdempotencyCache.fingerprint(method: request.method, path: request.path, body: body) }
         if let key, let fingerprint {
             switch api.idempotency.lookup(key, fingerprint: fingerprint, now: now) {
-            case .replay(let first): return first
+            case .replay(let delivered): return IdempotencyCache.reply(delivered: delivered)
             case .mismatch: throw IdempotencyCache.mismatchError
             case .unseen: break
             }
@@ -231,18 +231,13 @@ extension Server {
             throw APIError(413, "frame_too_large", "the frame body is \(frameBody.count) bytes, over protocol.max_frame_bytes (\(config.protocol.maxFrameBytes))")
         }
         let frame = FrameCodec.encode(type: type, body: frameBody, byteOrder: s.byteOrder)
-        let result = frame.withUnsafeBytes { relay.publish($0, type: type, toRoom: room, sink: table.fanout) }
-        let response: APIResponse
-        switch result {
-        case .success(let n):
-            status.framesIn &+= 1
-            relay.countReceived(type)
-            response = .json("{\"delivered\": \(n)}")
-        case .failure(let e):
-            throw APIError(422, "bad_publish", "the frame would be refused: \(e)")
+        if let key, let fingerprint, let cluster {
+            // Claimed cluster-wide first (APIIdempotency.swift); nil: Redis
+            // cannot take the claim now, the local cache alone decides.
+            let pending = PendingPublish(key: key, fingerprint: fingerprint, room: room, type: type, frame: frame)
+            if let deferred = claimPublish(pending, cluster: cluster, now: now) { return deferred }
         }
-        if let key, let fingerprint { api.idempotency.remember(key, fingerprint: fingerprint, response, now: now) }
-        return response
+        return IdempotencyCache.reply(delivered: try relayPublish(frame, type: type, room: room, key: key, fingerprint: fingerprint, now: now))
     }
 
     /// POST /v1/rooms/{room}/kick: every member with that `sub` (or `name`)
