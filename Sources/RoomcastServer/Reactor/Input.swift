@@ -261,27 +261,6 @@ extension Server {
         table.close(id, "frame length \(claimed) exceeds max_frame_bytes \(limit)")
     }
 
-    /// Logs a dropped frame and closes its sender at `max_violations`.
-    /// `type` is nil for JSON bodies; the event's code is the log's REASON.
-    func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, now: UInt64) {
-        guard case .rejected(let reason, let violations, let disconnect, let kind) = event else { return }
-        let code = kind.rawValue
-        let address = table.address(of: id)
-        let max = config.protocol.maxViolations
-        let what = (code == "bad_frame" ? "bad " : "") + (type.map { "frame of type \($0)" } ?? "JSON frame")
-        logger.peerWarning(reason: code, nowMs: now,
-                           "\(address): dropped \(what): \(reason) (violation \(violations) of \(max))",
-                           ["CLIENT_ADDR": address, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
-        if disconnect {
-            let why = "\(violations) bad frames (protocol.max_violations = \(max))"
-            if table.slots[id]!.webSocket?.isOpen == true {
-                closeWebSocket(id, .policyViolation, why)  // a close frame first (docs/protocol/websocket.md §15)
-            } else {
-                table.close(id, why)
-            }
-        }
-    }
-
     func logRelayEvent(_ id: Int, _ event: RelayEvent) {
         let address = table.address(of: id)
         switch event {
