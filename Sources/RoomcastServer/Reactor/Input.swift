@@ -205,16 +205,14 @@ extension Server {
         relayed(id, relay.receive(from: id, type: type, frame: frame, sink: table.fanout), type: type, now: now)
     }
 
-    /// A join whose token verified: relayed while `joining` names its sub
-    /// (the cluster envelope carries it, docs/protocol/across-daemons.md §12), and its
+    /// A join whose token verified: relayed proving its sub (the cluster
+    /// envelope carries it, docs/protocol/across-daemons.md §12), and its
     /// session committed once the relay took the join. Apart from
     /// `relayFrame`, so that every other frame pays nothing for it (it cost
     /// 7 instructions per delivery inline: a copy of the session per frame).
     @inline(never)
     private func relaySignedJoin(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, session: AuthSession, now: UInt64) {
-        joining = (id, session.claims.sub)
-        let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
-        joining = nil
+        let event = relay.receive(from: id, type: type, frame: frame, proving: session.claims.sub, sink: table.fanout)
         if case .joined = event { commitSession(id, session) }
         relayed(id, event, type: type, now: now)
     }
