@@ -94,20 +94,23 @@ extension Server {
             + "\"stopping\": \(stopping)}"
     }
 
-    /// `limit` (1 ... 1000, default 100) of the query.
-    func limit(_ items: [String: [UInt8]]) throws(APIError) -> Int {
-        guard let raw = items["limit"] else { return 100 }
+    /// A listing's query (docs/api.md, the `GET /v1/rooms` rows): its items, and `limit`
+    /// (1 ... 1000, default 100). Every listing pages over an ordered index
+    /// (OrderedIndex.swift) from its `cursor`, O(log n + limit) a page.
+    /// - Throws: 400 `bad_query` (malformed percent-encoding), 400 `bad_limit`.
+    func listingQuery(_ request: HTTPRequest) throws(APIError) -> (items: [String: [UInt8]], limit: Int) {
+        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
+        guard let raw = items["limit"] else { return (items, 100) }
         guard let n = Int(String(decoding: raw, as: UTF8.self)), (1...1000).contains(n) else {
             throw APIError(400, "bad_limit", "limit must be 1 ... 1000")
         }
-        return n
+        return (items, n)
     }
 
     /// Rooms with viewers here or on another daemon, by their bytes, with
     /// the cluster-wide count; `limit` of them after `cursor` (the last room of the previous page).
     private func roomsJSON(_ request: HTTPRequest) throws(APIError) -> APIResponse {
-        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
-        let n = try limit(items)
+        let (items, n) = try listingQuery(request)
         let after = items["cursor"] ?? []
         // A page of the relay's ordered index, merged with one of the other
         // daemons' rooms (RemoteListing.swift): O(log rooms + limit).
@@ -124,8 +127,7 @@ extension Server {
 
     /// A room's members by connection, `limit` after `cursor`.
     private func roomJSON(_ room: RoomName, _ request: HTTPRequest) throws(APIError) -> APIResponse {
-        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
-        let n = try limit(items)
+        let (items, n) = try listingQuery(request)
         let after = items["cursor"].flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? -1
         let (page, more) = relay.membersPage(of: room, after: after, limit: n)
         let list = page.map { id in
