@@ -88,7 +88,7 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PROMTOOL_DIR := $(CURDIR)/.build-deps/prometheus
 PROMTOOL     := $(PROMTOOL_DIR)/root/usr/bin/promtool
 
-FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP FuzzModerationWire
+FUZZ_TARGETS := FuzzFrameDecoder FuzzProto2 FuzzConfig FuzzWebSocket FuzzToken FuzzProxyHeader FuzzHTTP FuzzModerationWire FuzzClusterWire
 FUZZ_SECONDS ?= 60
 FUZZ_BUILD   ?= .build-fuzz
 
@@ -366,6 +366,9 @@ lint-deb: deb
 # Each target runs FUZZ_SECONDS on the committed seeds plus what earlier runs found
 # ($(FUZZ_BUILD)/corpus/<target>, never written into the repository). A crash stops
 # make; its input is left in $(FUZZ_BUILD)/artifacts/ and becomes a unit test.
+# Swift's own backtracer is off (SWIFT_BACKTRACE=enable=no): under ASan it hung
+# on a crash reading the crashed process's memory, and make waited with it;
+# libFuzzer and ASan print the trace.
 #
 # One -sanitize=fuzzer,address flag, not SwiftPM's --sanitize=fuzzer
 # --sanitize=address: SwiftPM keeps those in a Set, so they reach swiftc in a
@@ -387,7 +390,7 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
-	    $(FUZZ_BUILD)/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
+	    SWIFT_BACKTRACE=enable=no $(FUZZ_BUILD)/release/$$t $(FUZZ_BUILD)/corpus/$$t Tests/Fuzz/corpus/$$t \
 	        -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 	        -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t- 2>&1 | grep -vE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse)|dictionary|^"' ; \
 	done

@@ -72,6 +72,7 @@ let package = Package(
         .executableTarget(name: "FuzzProxyHeader", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzProxyHeader"),
         .executableTarget(name: "FuzzHTTP", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzHTTP"),
         .executableTarget(name: "FuzzModerationWire", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzModerationWire"),
+        .executableTarget(name: "FuzzClusterWire", dependencies: ["RoomcastCore"], path: "Tests/Fuzz/FuzzClusterWire"),
         // The load generator of BENCHMARKS.md: one thread, its own small epoll loop
         // (CShim), the package's frame codec and proto2 bodies (RoomcastCore).
         .executableTarget(name: "roomcast-bench", dependencies: ["RoomcastCore", "RoomcastServer", "RoomcastCrypto", "CShim", "COpenSSL"]),

@@ -242,30 +242,7 @@ def websocket_restart(t, wport, w, buf, ltb):
         t.check("the new process restored the WebSocket connections", any("restored 3 connections" in r.get("MESSAGE", "") for r in restored),
                 str([r.get("MESSAGE") for r in restored]))
         w.sendall(message[9:])
-        text = None
-        try:
-            while True:
-                frame_type, body = ltb.recv()
-                if frame_type == TEXT and b"across the restart" in body:
-                    text = body
-                    break
-        except (EOFError, OSError) as e:
-            text = repr(e).encode()
-        t.check("the WebSocket message split across the restart reaches the LTB client whole",
-                text is not None and b"across the restart" in text, repr(text)[:200])
-        got = None
-        try:
-            while True:
-                got = ws.recv(timeout=5)
-                if isinstance(got, bytes) and struct.unpack("<H", got[4:6])[0] == TEXT and b"across the restart" in got:
-                    break
-        except (TimeoutError, ConnectionClosed) as e:
-            got = repr(e)
-        t.check("the websockets client is still connected after the restart (no close) and gets the text",
-                isinstance(got, bytes) and b"across the restart" in got, repr(got)[:200])
-        pong = ws.ping(b"after")
-        t.check("it answers a ping after the restart", pong.wait(5), "no pong within 5 s")
-
+        check_text_survived(t, ltb, ws, "across the restart", "split across the restart", "restart")
 
 def websocket_crash(t, wport, w, ltb):
     """A SIGKILL keeps WebSocket clients too (docs/protocol/websocket.md section 15): the
@@ -309,26 +286,36 @@ def websocket_crash(t, wport, w, ltb):
                 str([r.get("MESSAGE") for r in restored or []]))
         rest = payload[10:]
         w.sendall(bytes([0x80, 0x80 | len(rest)]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(rest)))
-        text = None
-        try:
-            while True:
-                frame_type, body = ltb.recv()
-                if frame_type == TEXT and b"across the crash" in body:
-                    text = body
-                    break
-        except (EOFError, OSError) as e:
-            text = repr(e).encode()
-        t.check("the WebSocket message fragmented across the SIGKILL reaches the LTB client whole",
-                text is not None and b"across the crash" in text, repr(text)[:200])
-        got = None
-        try:
-            while True:
-                got = ws.recv(timeout=5)
-                if isinstance(got, bytes) and struct.unpack("<H", got[4:6])[0] == TEXT and b"across the crash" in got:
-                    break
-        except (TimeoutError, ConnectionClosed) as e:
-            got = repr(e)
-        t.check("the websockets client is still connected after the crash (no close) and gets the text",
-                isinstance(got, bytes) and b"across the crash" in got, repr(got)[:200])
-        pong = ws.ping(b"after")
-        t.check("it answers a ping after the crash", pong.wait(5), "no pong within 5 s")
+        check_text_survived(t, ltb, ws, "across the crash", "fragmented across the SIGKILL", "crash")
+
+
+def check_text_survived(t, ltb, ws, marker, how, event):
+    """After a restart or crash (`event`) with a WebSocket message `how` cut
+    by it: the LTB client `ltb` gets the text holding `marker` whole, and the
+    independent websockets client `ws` is still connected (no close), gets
+    it too, and answers a ping."""
+    from websockets.exceptions import ConnectionClosed
+    needle = marker.encode()
+    text = None
+    try:
+        while True:
+            frame_type, body = ltb.recv()
+            if frame_type == TEXT and needle in body:
+                text = body
+                break
+    except (EOFError, OSError) as e:
+        text = repr(e).encode()
+    t.check(f"the WebSocket message {how} reaches the LTB client whole",
+            text is not None and needle in text, repr(text)[:200])
+    got = None
+    try:
+        while True:
+            got = ws.recv(timeout=5)
+            if isinstance(got, bytes) and struct.unpack("<H", got[4:6])[0] == TEXT and needle in got:
+                break
+    except (TimeoutError, ConnectionClosed) as e:
+        got = repr(e)
+    t.check(f"the websockets client is still connected after the {event} (no close) and gets the text",
+            isinstance(got, bytes) and needle in got, repr(got)[:200])
+    pong = ws.ping(b"after")
+    t.check(f"it answers a ping after the {event}", pong.wait(5), "no pong within 5 s")

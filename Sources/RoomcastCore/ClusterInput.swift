@@ -43,6 +43,10 @@ public enum ClusterRefusal: Int, CaseIterable, Sendable {
     /// A reply over the connection's cap, its nested elements counted
     /// (`RedisConnection.maxReplyBytes`): the connection is closed.
     case replySize
+    /// The value of an Idempotency-Key in Redis that is not one a daemon
+    /// of ours writes (64 lowercase hex digits, then a space and the
+    /// delivered count once answered; `IdempotencyClaimValue`).
+    case idempotency
 
     /// The metric label.
     public var label: String {
@@ -58,6 +62,7 @@ public enum ClusterRefusal: Int, CaseIterable, Sendable {
         case .moderation: "moderation"
         case .control: "control"
         case .replySize: "reply_size"
+        case .idempotency: "idempotency"
         }
     }
 }

@@ -21,6 +21,8 @@
 ///              tag 6: one room's stream (name, epoch, seq, and
 ///                     each recent frame as a nested record of its seq and
 ///                     bytes; docs/protocol/positions.md §4, "Positions and resume")
+///              tag 0x4901: one remembered Idempotency-Key (`IdempotencyTag`:
+///                     key, fingerprint, delivered, time left; docs/api.md)
 ///
 /// Each kind of record is one table of fields in HandOverStateTables.swift
 /// (tag, value coder, where the field lives), which one codec
@@ -72,6 +74,10 @@ public struct HandOverState: Equatable, Sendable {
     /// from a crash, this one included (`roomcast_handovers_total`); 0 from
     /// a writer before it was added.
     public var handOvers: UInt64 = 0
+    /// The API's remembered Idempotency-Keys, oldest first
+    /// (HandOverStateIdempotency.swift, record tag 0x4901); empty before
+    /// they were added.
+    public var idempotency: [IdempotencyEntry] = []
 
     /// What the cluster link carries over, so that the other daemons see the
     /// same daemon go on: its origin and, per room with members, its stream

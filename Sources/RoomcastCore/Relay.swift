@@ -9,6 +9,11 @@ public protocol FrameSink: AnyObject {
     /// work (e.g. a translation) once. `frame` is only valid during the call.
     /// - Returns: how many connections the frame was queued for.
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int
+    /// Queues one whole frame another daemon relayed, for every connection
+    /// in `members`; `address` is its sender's client address as that
+    /// daemon saw it (the `addr` JSON clients see, docs/protocol/json.md).
+    /// - Returns: how many connections the frame was queued for.
+    func broadcast(_ frame: UnsafeRawBufferPointer, fromRemote address: String, to members: [Int]) -> Int
     /// Queues one whole frame for `member` alone as a replay (a room's
     /// recent lines on join, missed lines on resume, docs/protocol.md §4):
     /// a sink that sheds slow readers' texts must not shed these (§6).
@@ -17,6 +22,11 @@ public protocol FrameSink: AnyObject {
 }
 
 extension FrameSink {
+    /// A sink that shows no sender's address broadcasts a remote frame as one of no sender (-1).
+    public func broadcast(_ frame: UnsafeRawBufferPointer, fromRemote address: String, to members: [Int]) -> Int {
+        broadcast(frame, from: -1, to: members, except: -1)
+    }
+
     /// A sink that sheds nothing replays as it broadcasts.
     public func replay(_ frame: UnsafeRawBufferPointer, to member: Int) -> Int {
         broadcast(frame, from: -1, to: [member], except: -1)
@@ -35,6 +45,18 @@ public protocol RelayObserver: AnyObject {
     /// members were given it), also when nobody heard it: the leave of the
     /// last member, a synthesized one included. `frame` is valid only during the call.
     func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int)
+    /// As `relayed(_:room:from:)`, for the join of a token `sender` is
+    /// proving now (`Relay.receive(from:type:frame:proving:sink:)`): `sub`
+    /// is that token's verified sub, which the connection holds only once
+    /// the join is taken. nil for every other frame (the sender's own sub).
+    func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int, proving sub: String?)
+}
+
+extension RelayObserver {
+    /// An observer that does not carry subs is told as of any frame.
+    public func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int, proving sub: String?) {
+        relayed(frame, room: room, from: sender)
+    }
 }
 
 /// Rooms, memberships and the per-connection session state (identity from
@@ -191,7 +213,7 @@ public struct Relay {
 
     /// Handles one complete frame from connection `id`. `frame` is the whole
     /// frame as received (header + body); relayed copies are byte-identical.
-    public mutating func receive(from id: Int, type: UInt16, frame: UnsafeRawBufferPointer, sink: some FrameSink) -> RelayEvent {
+    public mutating func receive(from id: Int, type: UInt16, frame: UnsafeRawBufferPointer, proving sub: String? = nil, sink: some FrameSink) -> RelayEvent {
         precondition(id < sessions.count && sessions[id].active, "frame from unknown connection \(id)")
         let body = UnsafeRawBufferPointer(rebasing: frame[FrameCodec.headerSize...])
         let s = settings
@@ -201,7 +223,7 @@ public struct Relay {
             return .heartbeat
         case s.joinType:
             if tracksChanges { changed.append(id) }
-            return join(id, body: body, frame: frame, sink: sink)
+            return join(id, body: body, frame: frame, proving: sub, sink: sink)
         case s.leaveType:
             if s.validate, let error = check(.userInfo, body) { return violation(id, "leave: \(error)") }
             if tracksChanges { changed.append(id) }
@@ -243,7 +265,7 @@ public struct Relay {
         return .rejected(reason: reason, violations: n, disconnect: n >= settings.maxViolations, code: code)
     }
 
-    private mutating func join(_ id: Int, body: UnsafeRawBufferPointer, frame: UnsafeRawBufferPointer, sink: some FrameSink) -> RelayEvent {
+    private mutating func join(_ id: Int, body: UnsafeRawBufferPointer, frame: UnsafeRawBufferPointer, proving sub: String?, sink: some FrameSink) -> RelayEvent {
         let info: UserInfo?
         do {
             info = try UserInfo(protobuf: body)
@@ -289,9 +311,9 @@ public struct Relay {
         let recipients: Int
         if let relayedBody {
             let copy = FrameCodec.encode(type: settings.joinType, body: relayedBody, byteOrder: settings.byteOrder)
-            recipients = copy.withUnsafeBytes { announce($0, room: r, from: id, sink: sink) }
+            recipients = copy.withUnsafeBytes { announce($0, room: r, from: id, proving: sub, sink: sink) }
         } else {
-            recipients = announce(frame, room: r, from: id, sink: sink)
+            recipients = announce(frame, room: r, from: id, proving: sub, sink: sink)
         }
         if replays { replayHistory(to: id, room: r, since: info?.since, sink: sink) }
         return .joined(name: sessions[id].name, room: target.string, recipients: recipients)

@@ -24,29 +24,32 @@ extension Relay {
         return .success(n)
     }
 
-    func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, sink: some FrameSink) -> Int {
+    func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, proving sub: String? = nil, sink: some FrameSink) -> Int {
         guard rooms.indices.contains(r) else { return 0 }
         let n = rooms[r].members.isEmpty ? 0 : sink.broadcast(frame, from: sender, to: rooms[r].members, except: settings.echo ? -1 : sender)
-        observer?.relayed(frame, room: rooms[r].name, from: sender)
+        if let sub { observer?.relayed(frame, room: rooms[r].name, from: sender, proving: sub) }
+        else { observer?.relayed(frame, room: rooms[r].name, from: sender) }
         return n
     }
 
     /// A frame another daemon relayed to `room`: queued for every
     /// member here, byte for byte. No member here is its sender, so echo
     /// rules do not apply, and the observer is not told (it came from there).
+    /// `address` is its sender's client address as that daemon saw it.
     /// - Returns: how many connections it was queued for.
-    public mutating func deliver(_ frame: UnsafeRawBufferPointer, toRoom room: RoomName, sink: some FrameSink) -> Int {
+    public mutating func deliver(_ frame: UnsafeRawBufferPointer, toRoom room: RoomName, from address: String = "", sink: some FrameSink) -> Int {
         guard let r = roomIndex[room], !rooms[r].members.isEmpty else { return 0 }
         if case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: settings.byteOrder, maxFrameBytes: Int.max) {
             number(frame, type: type, room: r)
         }
-        return sink.broadcast(frame, from: -1, to: rooms[r].members, except: -1)
+        return sink.broadcast(frame, fromRemote: address, to: rooms[r].members)
     }
 
     /// A join `id` sent: to the room (`announce_joins`), or else
     /// back to its sender alone (with `echo`), and the observer not told.
-    func announce(_ frame: UnsafeRawBufferPointer, room r: Int, from id: Int, sink: some FrameSink) -> Int {
-        if settings.announceJoins { return broadcast(frame, room: r, from: id, sink: sink) }
+    /// `sub`: the sub of the token the join proves (`receive`'s `proving`).
+    func announce(_ frame: UnsafeRawBufferPointer, room r: Int, from id: Int, proving sub: String?, sink: some FrameSink) -> Int {
+        if settings.announceJoins { return broadcast(frame, room: r, from: id, proving: sub, sink: sink) }
         return settings.echo ? sink.broadcast(frame, from: id, to: [id], except: -1) : 0
     }
 

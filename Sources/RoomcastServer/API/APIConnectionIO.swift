@@ -79,7 +79,7 @@ extension Server {
     /// once the kernel took them). The input is consumed by offset and
     /// compacted once at the end; answers are appended in place.
     func answerAPI(_ id: Int, now: UInt64) {
-        guard api.connections[id] != nil, api.connections[id]!.unanswered else { return }
+        guard api.connections[id] != nil, api.connections[id]!.unanswered, api.connections[id]!.parkedToken == nil else { return }
         var input: [UInt8] = []
         swap(&input, &api.connections[id]!.input)  // taken out: the handlers may look at `api`
         var offset = 0
@@ -117,6 +117,14 @@ extension Server {
                 answered += 1
                 let response = answer(request, body: body, peer: api.connections[id]!.peer, now: now)
                 guard api.connections[id] != nil else { return }
+                if let token = response.deferredToken {
+                    // Its answer waits for Redis (APIIdempotency.swift): nothing more is answered meanwhile.
+                    api.connections[id]!.parkedToken = token
+                    api.connections[id]!.parkedKeepAlive = keepAlive
+                    api.claims[token]?.connection = id
+                    if !keepAlive { offset = input.count }
+                    break answering
+                }
                 api.requests[response.status, default: 0] &+= 1
                 api.connections[id]!.output.append(contentsOf: response.serialized(close: !keepAlive))
                 api.connections[id]!.idleDeadlineMs = now + APIServer.idleTimeoutMs
@@ -130,7 +138,10 @@ extension Server {
         // Once per turn: drop what was answered.
         if offset == input.count { input.removeAll(keepingCapacity: input.capacity <= 2 * APIServer.readBytesPerWakeup) }
         else if offset > 0 { input.removeSubrange(0..<offset) }
-        if answered > 0 { api.connections[id]!.requestDeadlineMs = input.isEmpty ? nil : now + APIServer.requestTimeoutMs }
+        if answered > 0 {
+            let parked = api.connections[id]!.parkedToken != nil  // the wait is bounded by cluster.timeout instead
+            api.connections[id]!.requestDeadlineMs = input.isEmpty || parked ? nil : now + APIServer.requestTimeoutMs
+        }
         api.connections[id]!.unanswered = stillUnanswered && !input.isEmpty
         swap(&input, &api.connections[id]!.input)
     }
@@ -176,7 +187,7 @@ extension Server {
             if let r = c.registration { try? selector.setInterest(r, readable: wantRead, writable: wantWrite) }
         }
         // Whole requests held while the output was full: the next turn answers them.
-        if c.unanswered && !c.queued && !c.closeAfterWrite && c.pendingOutput < APIServer.outputPauseBytes {
+        if c.unanswered && !c.queued && !c.closeAfterWrite && c.parkedToken == nil && c.pendingOutput < APIServer.outputPauseBytes {
             api.connections[id]!.queued = true
             api.again.append(id)
         }

@@ -121,8 +121,7 @@ extension Server {
 
     /// The entries in force by sub's bytes, `limit` after `cursor` (the last sub of the previous page).
     private func moderationList(_ kind: ModerationKind, _ room: RoomName, _ request: HTTPRequest) throws(APIError) -> APIResponse {
-        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
-        let n = try limit(items)
+        let (items, n) = try listingQuery(request)
         let after = items["cursor"] ?? []
         let wall = wallClock()
         let (page, more) = moderation.page(kind, room: room, after: after, limit: n, wallMs: wall)

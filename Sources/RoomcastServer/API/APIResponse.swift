@@ -26,6 +26,9 @@ struct APIResponse: Equatable {
     var body: [UInt8]
     var contentType = "application/json"
     var headers: [String] = []
+    /// Not an answer yet: the publish waits for its Idempotency-Key's claim
+    /// in Redis (`deferred`, APIIdempotency.swift).
+    var deferredToken: UInt64? = nil
 
     static func json(_ text: String, status: Int = 200) -> APIResponse {
         APIResponse(status: status, body: Array((text + "\n").utf8))

@@ -94,20 +94,23 @@ extension Server {
             + "\"stopping\": \(stopping)}"
     }
 
-    /// `limit` (1 ... 1000, default 100) of the query.
-    func limit(_ items: [String: [UInt8]]) throws(APIError) -> Int {
-        guard let raw = items["limit"] else { return 100 }
+    /// A listing's query (docs/api.md, the `GET /v1/rooms` rows): its items, and `limit`
+    /// (1 ... 1000, default 100). Every listing pages over an ordered index
+    /// (OrderedIndex.swift) from its `cursor`, O(log n + limit) a page.
+    /// - Throws: 400 `bad_query` (malformed percent-encoding), 400 `bad_limit`.
+    func listingQuery(_ request: HTTPRequest) throws(APIError) -> (items: [String: [UInt8]], limit: Int) {
+        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
+        guard let raw = items["limit"] else { return (items, 100) }
         guard let n = Int(String(decoding: raw, as: UTF8.self)), (1...1000).contains(n) else {
             throw APIError(400, "bad_limit", "limit must be 1 ... 1000")
         }
-        return n
+        return (items, n)
     }
 
     /// Rooms with viewers here or on another daemon, by their bytes, with
     /// the cluster-wide count; `limit` of them after `cursor` (the last room of the previous page).
     private func roomsJSON(_ request: HTTPRequest) throws(APIError) -> APIResponse {
-        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
-        let n = try limit(items)
+        let (items, n) = try listingQuery(request)
         let after = items["cursor"] ?? []
         // A page of the relay's ordered index, merged with one of the other
         // daemons' rooms (RemoteListing.swift): O(log rooms + limit).
@@ -124,8 +127,7 @@ extension Server {
 
     /// A room's members by connection, `limit` after `cursor`.
     private func roomJSON(_ room: RoomName, _ request: HTTPRequest) throws(APIError) -> APIResponse {
-        guard let items = queryItems(request.query) else { throw APIError(400, "bad_query", "malformed percent-encoding in the query") }
-        let n = try limit(items)
+        let (items, n) = try listingQuery(request)
         let after = items["cursor"].flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? -1
         let (page, more) = relay.membersPage(of: room, after: after, limit: n)
         let list = page.map { id in
@@ -176,7 +178,7 @@ extension Server {
         let fingerprint = key.map { _ in IdempotencyCache.fingerprint(method: request.method, path: request.path, body: body) }
         if let key, let fingerprint {
             switch api.idempotency.lookup(key, fingerprint: fingerprint, now: now) {
-            case .replay(let first): return first
+            case .replay(let delivered): return IdempotencyCache.reply(delivered: delivered)
             case .mismatch: throw IdempotencyCache.mismatchError
             case .unseen: break
             }
@@ -231,18 +233,13 @@ extension Server {
             throw APIError(413, "frame_too_large", "the frame body is \(frameBody.count) bytes, over protocol.max_frame_bytes (\(config.protocol.maxFrameBytes))")
         }
         let frame = FrameCodec.encode(type: type, body: frameBody, byteOrder: s.byteOrder)
-        let result = frame.withUnsafeBytes { relay.publish($0, type: type, toRoom: room, sink: table.fanout) }
-        let response: APIResponse
-        switch result {
-        case .success(let n):
-            status.framesIn &+= 1
-            relay.countReceived(type)
-            response = .json("{\"delivered\": \(n)}")
-        case .failure(let e):
-            throw APIError(422, "bad_publish", "the frame would be refused: \(e)")
+        if let key, let fingerprint, let cluster {
+            // Claimed cluster-wide first (APIIdempotency.swift); nil: Redis
+            // cannot take the claim now, the local cache alone decides.
+            let pending = PendingPublish(key: key, fingerprint: fingerprint, room: room, type: type, frame: frame)
+            if let deferred = claimPublish(pending, cluster: cluster, now: now) { return deferred }
         }
-        if let key, let fingerprint { api.idempotency.remember(key, fingerprint: fingerprint, response, now: now) }
-        return response
+        return IdempotencyCache.reply(delivered: try relayPublish(frame, type: type, room: room, key: key, fingerprint: fingerprint, now: now))
     }
 
     /// POST /v1/rooms/{room}/kick: every member with that `sub` (or `name`)

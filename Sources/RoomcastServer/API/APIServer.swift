@@ -67,6 +67,11 @@ struct APIServer {
         /// The interest registered: readable while nothing is owed, writable while something is.
         var reading = true
         var writing = false
+        /// Parked: its request waits for an Idempotency-Key claim in Redis
+        /// (`APIServer.claims`); nothing more is answered until it comes.
+        var parkedToken: UInt64?
+        /// Whether the parked request keeps the connection open.
+        var parkedKeepAlive = true
 
         /// Answer bytes not yet taken by the kernel.
         var pendingOutput: Int { output.count - outputSent }
@@ -101,6 +106,9 @@ struct APIServer {
     var keys: APIKeys?
     /// Replies of publishes by `Idempotency-Key` (APIRoutes.swift).
     var idempotency = IdempotencyCache()
+    /// Keyed publishes waiting for their claim in Redis, by token (APIIdempotency.swift).
+    var claims: [UInt64: PendingPublish] = [:]
+    var nextClaim: UInt64 = 1
     /// Requests answered, by status class, and refusals at accept (GET /metrics).
     var requests: [Int: UInt64] = [:]
     var refusedAtAccept: UInt64 = 0
@@ -263,6 +271,7 @@ extension Server {
 
     func closeAPI(_ id: Int) {
         guard let c = api.remove(id) else { return }
+        if let token = c.parkedToken { api.claims[token]?.connection = nil }  // the publish goes on, unanswered
         if let r = c.registration { selector.deregister(r) }
         Sys.close(c.fd)
     }
@@ -271,6 +280,7 @@ extension Server {
     func expireAPI(now: UInt64) {
         for id in api.connections.indices {
             guard let c = api.connections[id] else { continue }
+            if c.parkedToken != nil { continue }  // waiting for Redis: bounded by cluster.timeout (APIIdempotency.swift)
             if let deadline = c.requestDeadlineMs, now >= deadline, !c.closeAfterWrite {
                 api.connections[id]!.output.append(contentsOf: apiErrorResponse(APIError(408, "request_timeout",
                     "the request was not complete within \(APIServer.requestTimeoutMs / 1000) s"), close: true))
@@ -279,7 +289,7 @@ extension Server {
                 api.connections[id]!.unanswered = false
                 api.requests[408, default: 0] &+= 1
                 flushAPI(id)
-            } else if c.requestDeadlineMs == nil && c.pendingOutput == 0 && now >= c.idleDeadlineMs {
+            } else if c.requestDeadlineMs == nil && c.pendingOutput == 0 && c.parkedToken == nil && now >= c.idleDeadlineMs {
                 closeAPI(id)
             } else if let deadline = c.requestDeadlineMs, now >= deadline + APIServer.requestTimeoutMs {
                 closeAPI(id)  // the 408 itself was not taken

@@ -66,6 +66,8 @@ extension Server {
                [("", UInt64(c?.rooms ?? 0))])
         family("cluster_refused_total", "counter", "What was refused from Redis and never delivered, stored or answered, by reason (docs/cluster.md, \"What arrives from Redis\").",
                ClusterRefusal.allCases.map { ("{reason=\"\($0.label)\"}", cluster?.refusals[$0] ?? 0) })
+        family("idempotency_cluster_fallbacks_total", "counter", "Publishes by Idempotency-Key decided by this daemon's cache alone: Redis down, refusing the claim or not answering within cluster.timeout (docs/api.md).",
+               [("", cluster?.idempotencyFallbacks ?? 0)])
         out += "# HELP roomcast_loop_wait_seconds Time each loop iteration spent waiting in epoll_wait(2).\n# TYPE roomcast_loop_wait_seconds histogram\n"
         out += loop.wait.exposition("roomcast_loop_wait_seconds")
         out += "# HELP roomcast_loop_iteration_seconds Time each loop iteration spent working (events, timers, flush).\n# TYPE roomcast_loop_iteration_seconds histogram\n"

@@ -216,28 +216,6 @@ extension Server {
         auth.schedule(id, deadlineMs: session.deadlineMs)
     }
 
-    /// Tells `id` why a frame was refused, counts the violation (closing at
-    /// `protocol.max_violations`) and logs it once per address per minute.
-    func refuse(_ id: Int, _ code: RejectionCode, _ reason: String, type: UInt16?, now: UInt64) {
-        auth.refusals &+= 1
-        guard case .rejected(_, let violations, let disconnect, _) = relay.reject(id, reason: reason, code: code) else { return }
-        let notice = Notice(code: code.rawValue, text: reason, count: Int64(violations))
-        sendNotice(id, notice)
-        let address = table.address(of: id)
-        let max = config.protocol.maxViolations
-        if auth.shouldLog(address, nowMs: now) {
-            let sub = table.slots[id]!.auth.map { clipForLog($0.claims.sub, maxBytes: 64) } ?? ""
-            logger.warning("\(address): refused \(type.map { "frame of type \($0)" } ?? "JSON frame"): \(reason) (violation \(violations) of \(max))",
-                           ["CLIENT_ADDR": address, "REASON": code.rawValue, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json",
-                            "ROOM": relay.room(of: id) ?? "", "USER_SUB": sub])
-        }
-        if disconnect {
-            // Closed after the notice is out, so the client hears why (a drain, as after EOF).
-            logger.debug("closing \(address): \(violations) bad frames (protocol.max_violations = \(max))", ["CLIENT_ADDR": address])
-            removeAfterNotice(id, notice, now: now)
-        }
-    }
-
     /// Queues a notice (docs/protocol/notices.md §13) for `id` alone: a frame of
     /// type `protocol.notice_type`, or `{"cmd":"notice",...}` for a JSON client.
     func sendNotice(_ id: Int, _ notice: Notice) {

@@ -158,6 +158,14 @@ final class ClusterLink: RelayObserver {
     /// The form last said in the log (`noteEnvelopeForm`).
     var saidSendsSub = false
 
+    /// Idempotency-Key claims sent on the publisher and not yet answered,
+    /// oldest first (`head`): the server's tokens (ClusterIdempotency.swift).
+    var claimWaits: [UInt64] = []
+    var claimWaitsHead = 0
+    /// Keyed publishes served from the local cache alone because Redis was
+    /// down, refused the claim or did not answer within `cluster.timeout`.
+    var idempotencyFallbacks: UInt64 = 0
+
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     var envelope: [UInt8] = []
     var converted: [UInt8] = []

@@ -163,6 +163,7 @@ extension ClusterLink {
     /// every 50 ms forever.
     func failed(_ c: RedisConnection, _ reason: String, now: UInt64, said: Bool = false) {
         c.pendingReset = nil
+        if c.role == .publisher { failClaims(reason) }  // ClusterIdempotency.swift: served locally
         if let settled = c.settledAtMs, now &- settled >= settings.timeoutMs { c.attempts = 0 }
         c.settledAtMs = nil
         if c.role == .subscriber { subscribed.removeAll(); changedRooms.removeAll() }

@@ -11,6 +11,13 @@ extension ClusterLink {
     /// Every frame relayed here goes to Redis once; one that cannot (Redis
     /// down or slow) still takes its number, so the others count the gap.
     func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int) {
+        relayed(frame, room: room, from: sender, proving: nil)
+    }
+
+    /// A frame relayed here, `sub` the sub of the token its join proves
+    /// (the connection holds it only once the relay has taken the join), nil
+    /// for every other frame: it goes out with its sender's own sub.
+    func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int, proving sub: String?) {
         let next = streams.next(room)
         if server.live != nil { streamsToLog.insert(room) }
         guard publisher.state == .ready else {
@@ -27,26 +34,13 @@ extension ClusterLink {
             return
         }
         ClusterEnvelope.encode(kind: kind, origin: origin, stream: next.stream, seq: next.seq, room: room,
-                               address: server.table.address(of: sender), sub: sendsSub ? sub(of: sender, frame) : nil,
+                               address: server.table.address(of: sender), sub: sendsSub ? sub ?? server.table.sub(of: sender) : nil,
                                frame: frame, into: &envelope)
         if publisher.publish(next.channel, envelope, nowMs: self.nowMs) {
             published &+= 1
         } else {
             dropped &+= 1
         }
-    }
-
-    /// The verified sub a frame of `sender` goes out with: the one it
-    /// holds, or for the join of a token it is proving now (the relay's
-    /// broadcast comes before the connection holds it) that token's; the
-    /// leave of its old room in that same turn keeps the old one.
-    func sub(of sender: Int, _ frame: UnsafeRawBufferPointer) -> String {
-        if let j = server.joining, j.id == sender,
-           case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: byteOrder, maxFrameBytes: Int.max),
-           type == server.config.protocol.joinType {
-            return j.sub
-        }
-        return server.table.sub(of: sender)
     }
 
     /// This daemon's members per room on the daemons channel, when they

@@ -47,11 +47,14 @@ extension ClusterLink {
     /// At a hand-over, before the state is written: the frames this
     /// process relayed last are written to Redis (at most `handOverWaitMs`;
     /// what is left then is dropped and counted, as for a slow Redis).
+    /// Idempotency-Key claims still waiting are waited for too, in the same
+    /// time: their publishes are relayed (or not) and answered by this
+    /// process, instead of leaving their keys "in progress" in Redis.
     func publishBeforeHandOver() {
         guard publisher.state == .ready else { return }
         publisher.flush()
         let deadline = Sys.monotonicMs() + Self.handOverWaitMs
-        while publisher.pendingOutput > 0, publisher.state == .ready, poll([publisher], until: deadline) {}
+        while publisher.pendingOutput > 0 || claimsWaiting > 0, publisher.state == .ready, poll([publisher], until: deadline) {}
         if publisher.pendingOutput > 0 {
             logger.warning("cluster: Redis did not take the last \(publisher.pendingOutput) bytes within "
                            + "\(formatDuration(ms: Self.handOverWaitMs)) of the hand-over; they are lost",

@@ -52,8 +52,10 @@ final class RedisConnection {
 
     /// What the reply at the front of the FIFO must answer.
     struct Expectation {
-        /// `store`: HSET, HDEL, EVAL (any reply but an error); `load`: HGETALL (field, value pairs).
-        enum Kind { case pong, publish, subscribe, unsubscribe, store, load }
+        /// `store`: HSET, HDEL, EVAL (any reply but an error); `load`: HGETALL (field, value pairs);
+        /// `claim`: SET NX GET of an Idempotency-Key (nil or a string);
+        /// `claimStore`: its answer written, or its release (any reply but an error).
+        enum Kind { case pong, publish, subscribe, unsubscribe, store, load, claim, claimStore }
         var kind: Kind
         /// The channels of a (UN)SUBSCRIBE, confirmed one by one in this order.
         var channels: [[UInt8]] = []

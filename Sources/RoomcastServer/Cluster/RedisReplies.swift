@@ -86,6 +86,8 @@ extension RedisConnection {
                 link.redisPublishRefused(self, reply.text)
             case .store, .load:
                 link.redisModerationRefused(self, reply.text, load: e.kind == .load)
+            case .claim, .claimStore:
+                link.redisClaimRefused(reply.text, claim: e.kind == .claim)  // ClusterIdempotency.swift
             case .pong, .subscribe, .unsubscribe:
                 // The whole command is refused (an ACL, a server that is
                 // loading): one error, no confirmation.
@@ -101,6 +103,15 @@ extension RedisConnection {
                 guard reply.pointee.type == REDIS_REPLY_INTEGER else { return ("\(reply.summary) in answer to PUBLISH", .surprise) }
             case .store:
                 break
+            case .claimStore:
+                break
+            case .claim:
+                // nil: claimed; a string: whose it is (checked there); anything else is no answer to SET.
+                guard reply.pointee.type == REDIS_REPLY_NIL || reply.pointee.type == REDIS_REPLY_STRING else {
+                    return ("\(reply.summary) in answer to SET NX GET", .surprise)
+                }
+                link.redisClaimAnswered(reply.pointee.type == REDIS_REPLY_NIL ? nil
+                                        : UnsafeRawBufferPointer(start: reply.pointee.str, count: reply.pointee.len))
             case .load:
                 guard reply.pointee.type == REDIS_REPLY_ARRAY, reply.pointee.elements % 2 == 0 else {
                     return ("\(reply.summary) in answer to HGETALL", .surprise)

@@ -39,8 +39,6 @@ extension Server {
     /// local sender; JSON members see `address` as its `addr`.
     @discardableResult
     func deliverFromCluster(_ frame: UnsafeRawBufferPointer, room: RoomName, address: String) -> Int {
-        table.fanout.remoteSenderAddress = address
-        defer { table.fanout.remoteSenderAddress = "" }
-        return relay.deliver(frame, toRoom: room, sink: table.fanout)
+        relay.deliver(frame, toRoom: room, from: address, sink: table.fanout)
     }
 }

@@ -188,9 +188,7 @@ extension Server {
             logger.debug("ignoring unknown JSON command '\(clipForLog(cmd))'", ["CLIENT_ADDR": table.address(of: id)])
             return
         }
-        if let pendingSession { joining = (id, pendingSession.claims.sub) }
-        let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, sink: table.fanout) }
-        if pendingSession != nil { joining = nil }
+        let event = frame.withUnsafeBytes { relay.receive(from: id, type: type, frame: $0, proving: pendingSession?.claims.sub, sink: table.fanout) }
         if case .rejected = event { handleRejected(id, event, type: nil, now: now); return }
         if let pendingSession, case .joined = event { commitSession(id, pendingSession) }
         if case .left(room: .some, _) = event, s.echo {

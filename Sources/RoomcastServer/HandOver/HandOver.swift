@@ -167,20 +167,26 @@ extension Server {
     ///   began instead (the clients see a close, as on a stop).
     func completeHandOver() -> Bool {
         handOver.pending = false
+        let claims = api.claims.count
         cluster?.publishBeforeHandOver()  // what the last turn relayed reaches the other daemons
+        // Idempotency-Key claims answered meanwhile relayed their publishes:
+        // out of this pass's batch into the outboxes that are carried.
+        if api.claims.count < claims { reapAndFlush(now: clock()) }
         let now = clock()
         let tlsClosed = closeTLSForRestart()
         let carried = cluster?.carry()
         let moderated = moderation.records
         let streams = relay.streams
+        let keys = api.idempotency.carried(now: now)  // Idempotency-Keys go on (record 0x4901)
         let ids = fitStateLimit(table.ids.filter { table.state($0) != .closing },
                                 besides: (carried.map(HandOverState.clusterBytesBound) ?? 0) + HandOverState.moderationBytesBound(moderated)
-                                    + HandOverState.roomsBytesBound(streams))
+                                    + HandOverState.roomsBytesBound(streams) + HandOverState.idempotencyBytesBound(keys))
         var state = HandOverState(stoppedReadingMs: handOver.stoppedReadingMs, writer: roomcastVersion)
         state.socketOptions = socketOptions
         state.cluster = carried
         state.moderation = moderated
         state.rooms = streams
+        state.idempotency = keys
         state.handOvers = handOver.handOvers &+ 1
         // The live box (LiveStore.swift) already holds every descriptor: a
         // second box would put each client in flight twice, and descriptors

@@ -99,6 +99,8 @@ extension Server {
         let now = clock()
         // Bans, mutes and slow mode go on (with a cluster, Redis's copy is loaded over them at connect).
         for r in previous?.moderation ?? [] { try? moderation.apply(r, nowMs: now, wallMs: wallClock()) }
+        // Idempotency-Keys go on with the time each had left: a retry gets the first reply.
+        api.idempotency.restore(previous?.idempotency ?? [], now: now)
         let configure = previous?.socketOptions != socketOptions
         var restored = 0, fresh = 0, closed = 0
         for e in entries {

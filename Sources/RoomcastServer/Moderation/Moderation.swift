@@ -60,20 +60,6 @@ extension Server {
         return true
     }
 
-    /// Tells `id` why its frame was not relayed; logged at most once per
-    /// address per minute (as `[auth]` refusals), never counted as a
-    /// violation; counted by reason (`roomcast_frames_refused_total`).
-    func refuseModerated(_ id: Int, _ reason: FrameRefusal, _ text: String, retryAfterMs: Int64, now: UInt64) {
-        relay.countRefused(reason)
-        let code = reason.label
-        sendNotice(id, Notice(code: code, text: text, retryAfterMs: max(retryAfterMs, 1)))
-        let address = table.address(of: id)
-        if auth.shouldLog(address, nowMs: now) {
-            let sub = table.slots[id]!.auth.map { clipForLog($0.claims.sub, maxBytes: 64) } ?? ""
-            logger.info("\(address): refused: \(text)", ["CLIENT_ADDR": address, "REASON": code, "USER_SUB": sub, "ROOM": relay.room(of: id) ?? ""])
-        }
-    }
-
     /// Removes every member of `room` that `matches`: `notice`, then its
     /// leave to the room, then its owed output is flushed and it is closed.
     /// - Returns: how many.

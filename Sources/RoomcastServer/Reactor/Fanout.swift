@@ -92,8 +92,9 @@ final class Fanout: FrameSink {
     }
     /// `json.max_frame_bytes`: the largest JSON body sent to a JSON client, in bytes.
     var jsonMaxFrameBytes = Int.max
-    /// The client address of a frame from another daemon (sender -1), set
-    /// around its broadcast: the `addr` JSON clients see (`Server.deliverFromCluster`).
+    /// The client address of the frame from another daemon (sender -1)
+    /// being broadcast, the `addr` JSON clients see: set by
+    /// `broadcast(_:fromRemote:to:)` for the length of its call, "" otherwise.
     var remoteSenderAddress = ""
     /// Keep `Outbox.torn` (the crash path is on, LiveStore.swift).
     var tracksTornFrames = false
@@ -159,6 +160,14 @@ final class Fanout: FrameSink {
     deinit {
         for i in batches.indices { batches[i].release() }
         for i in outboxes.indices { outboxes[i].queue.release() }
+    }
+
+    /// A frame another daemon relayed (`FrameSink`): broadcast as one of
+    /// no sender here, JSON members shown `address` as its `addr`.
+    func broadcast(_ frame: UnsafeRawBufferPointer, fromRemote address: String, to members: [Int]) -> Int {
+        remoteSenderAddress = address
+        defer { remoteSenderAddress = "" }
+        return broadcast(frame, from: -1, to: members, except: -1)
     }
 
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {

@@ -205,16 +205,14 @@ extension Server {
         relayed(id, relay.receive(from: id, type: type, frame: frame, sink: table.fanout), type: type, now: now)
     }
 
-    /// A join whose token verified: relayed while `joining` names its sub
-    /// (the cluster envelope carries it, docs/protocol/across-daemons.md §12), and its
+    /// A join whose token verified: relayed proving its sub (the cluster
+    /// envelope carries it, docs/protocol/across-daemons.md §12), and its
     /// session committed once the relay took the join. Apart from
     /// `relayFrame`, so that every other frame pays nothing for it (it cost
     /// 7 instructions per delivery inline: a copy of the session per frame).
     @inline(never)
     private func relaySignedJoin(_ id: Int, type: UInt16, frame: UnsafeRawBufferPointer, session: AuthSession, now: UInt64) {
-        joining = (id, session.claims.sub)
-        let event = relay.receive(from: id, type: type, frame: frame, sink: table.fanout)
-        joining = nil
+        let event = relay.receive(from: id, type: type, frame: frame, proving: session.claims.sub, sink: table.fanout)
         if case .joined = event { commitSession(id, session) }
         relayed(id, event, type: type, now: now)
     }
@@ -259,27 +257,6 @@ extension Server {
                            "\(address): frame length \(claimed) exceeds max_frame_bytes (\(limit)); closing",
                            ["CLIENT_ADDR": address, "LENGTH": String(claimed)])
         table.close(id, "frame length \(claimed) exceeds max_frame_bytes \(limit)")
-    }
-
-    /// Logs a dropped frame and closes its sender at `max_violations`.
-    /// `type` is nil for JSON bodies; the event's code is the log's REASON.
-    func handleRejected(_ id: Int, _ event: RelayEvent, type: UInt16?, now: UInt64) {
-        guard case .rejected(let reason, let violations, let disconnect, let kind) = event else { return }
-        let code = kind.rawValue
-        let address = table.address(of: id)
-        let max = config.protocol.maxViolations
-        let what = (code == "bad_frame" ? "bad " : "") + (type.map { "frame of type \($0)" } ?? "JSON frame")
-        logger.peerWarning(reason: code, nowMs: now,
-                           "\(address): dropped \(what): \(reason) (violation \(violations) of \(max))",
-                           ["CLIENT_ADDR": address, "DETAIL": reason, "FRAME_TYPE": type.map(String.init) ?? "json", "ROOM": relay.room(of: id) ?? ""])
-        if disconnect {
-            let why = "\(violations) bad frames (protocol.max_violations = \(max))"
-            if table.slots[id]!.webSocket?.isOpen == true {
-                closeWebSocket(id, .policyViolation, why)  // a close frame first (docs/protocol/websocket.md §15)
-            } else {
-                table.close(id, why)
-            }
-        }
     }
 
     func logRelayEvent(_ id: Int, _ event: RelayEvent) {

@@ -73,11 +73,6 @@ public final class Server {
     var listeners = Listeners()
     let table: ConnectionTable
     var relay: Relay
-    /// While the relay handles a signed join: the joining connection and
-    /// the sub of the token it just proved, which the connection holds
-    /// only once the relay has joined it (`commitSession`). The cluster
-    /// publishes that join with this sub (docs/protocol/across-daemons.md §12).
-    var joining: (id: Int, sub: String)?
     var heartbeats: Heartbeats
     var status = StatusReporter()
     /// Signed joins (`[auth]`, Auth/AuthGate.swift): keys, expiries, counters.
