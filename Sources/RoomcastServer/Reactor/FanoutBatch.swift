@@ -47,6 +47,7 @@ extension Fanout {
     /// slow-consumer rules still close a reader that does not read).
     func unicast(_ bytes: [UInt8], to m: Int) {
         guard outboxes[m].takesFrames else { return }
+        noteQueueGrows(m, queued: outboxes[m].queue.count)
         if outboxes[m].batchEnd > outboxes[m].batchStart { keep(&outboxes[m]) }
         bytes.withUnsafeBytes { outboxes[m].queue.append($0) }
         outboxes[m].recent = true

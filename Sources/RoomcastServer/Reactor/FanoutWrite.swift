@@ -19,9 +19,11 @@ extension Fanout {
     /// and range first (this pass's write attempt, made early), and only
     /// the rest is copied. Rare: only a recipient whose pass holds more than
     /// the limit and whose frames are not adjacent (JSON, several rooms).
+    /// The limit is judged as in `write` (`unsentFromBefore`).
     @inline(never)
-    func settle(_ box: inout Outbox, hard: Int, tracksTorn: Bool) -> Settled {
+    func settle(_ id: Int, _ box: inout Outbox, hard: Int, tracksTorn: Bool) -> Settled {
         let before = box.pending
+        let queued = box.queue.count
         defer { bytesOut &+= UInt64(before - box.pending) }  // rare: the class property is fine here
         switch send(&box, keepCapacity: .max, tracksTorn: tracksTorn) {
         case .all:
@@ -31,13 +33,37 @@ extension Fanout {
             return .failed(e)
         case .blocked:
             let pending = box.pending
-            if pending > hard {
+            if queued > hard, unsentFromBefore(id, queued: queued, taken: before - pending) > hard {
                 dropOverLimit(&box)
                 return .overLimit(pending: pending)
             }
+            noteQueueGrows(id, queued: box.queue.count)
             if box.batchEnd > box.batchStart { keep(&box) }
             return .kept
         }
+    }
+
+    /// The hard output limit's measure (docs/protocol/rooms.md §6): of the
+    /// bytes `id` owed before this loop pass (its queue as this pass first
+    /// touched it: `carried`), those the kernel has still not taken after a
+    /// send that took `taken` bytes of a queue holding `queued`. This pass's
+    /// own frames never count: a pass may read a whole burst for everyone
+    /// before a reader that reads is scheduled at all, so only what a
+    /// reader left unread from an earlier pass says that it does not read.
+    /// Called only after a send the kernel refused part of, with `queued > 0`.
+    @inline(never)
+    func unsentFromBefore(_ id: Int, queued: Int, taken: Int) -> Int {
+        let left = max(0, (carried[id] ?? queued) - taken)  // the queue is sent before the range
+        carried[id] = left
+        return left
+    }
+
+    /// Before this pass adds to the queue of `id` (a copy of its range, a
+    /// unicast), notes what the queue held from earlier passes (`queued`), if
+    /// this pass has not yet: what was added this pass is not counted by
+    /// `unsentFromBefore`. Only cold paths call it (nothing per delivery).
+    func noteQueueGrows(_ id: Int, queued: Int) {
+        if carried[id] == nil { carried[id] = queued }
     }
 
     /// How a send of what a recipient is owed ended.
@@ -91,14 +117,15 @@ extension Fanout {
     /// Why a connection with `pending` bytes of its own backlog is closed
     /// for `output_hard_bytes` (docs/protocol/rooms.md §6).
     func overLimitText(pending: Int) -> String {
-        "slow consumer: \(pending) bytes pending after the kernel took what it could, over "
-            + "output_hard_bytes (\(formatSize(outputHardBytes)))"
+        "slow consumer: \(pending) bytes pending after the kernel took what it could, more than "
+            + "output_hard_bytes (\(formatSize(outputHardBytes))) of them owed since an earlier loop turn"
     }
 
     /// The end of a loop pass: every recipient was flushed (or closed), so
     /// no range points into the batch any more; it is emptied.
     func endPass() {
         assert(outboxes.allSatisfy { $0.batchStart == $0.batchEnd }, "a batch range outlived its pass")
+        if !carried.isEmpty { carried.removeAll(keepingCapacity: true) }
         for i in batches.indices where batches[i].capacity > 0 {
             batches[i].consume(batches[i].count, keepCapacity: Self.retainedBatchBytes)
         }
@@ -130,10 +157,11 @@ extension Fanout {
     /// `keepCapacity` bytes of buffer for the next pass, and is noted for
     /// the sweep. The slow-consumer clock (`softSinceMs`) starts when the
     /// pending output goes above `softBytes` and stops when it is below.
-    /// When what the kernel refused is more than `output_hard_bytes`, the
-    /// connection is closed instead (`.overLimit`) and nothing is copied:
-    /// docs/protocol/rooms.md §6 counts its own backlog after this send, never
-    /// the pass's range before it.
+    /// When what it owed from before this pass and the kernel still refused
+    /// is more than `output_hard_bytes` (`unsentFromBefore`), the connection
+    /// is closed instead (`.overLimit`) and nothing is copied:
+    /// docs/protocol/rooms.md §6 counts its own backlog from earlier passes
+    /// after this send, never this pass's frames.
     func write(_ id: Int, keepCapacity: Int, softBytes: Int = .max, nowMs: UInt64 = 0) -> Written {
         var retain = false
         let tracksTorn = tracksTornFrames
@@ -146,6 +174,7 @@ extension Fanout {
             wasSlow = boxes[id].softSinceMs != nil
             let hadBacklog = boxes[id].writeArmed
             let before = boxes[id].pending
+            let queued = boxes[id].queue.count
             let result = self.send(&boxes[id], keepCapacity: keepCapacity, tracksTorn: tracksTorn)
             sent = before - boxes[id].pending
             switch result {
@@ -153,13 +182,18 @@ extension Fanout {
                 self.dropRange(&boxes[id])
                 return .failed(e)
             case .blocked:
-                // The hard limit counts what is left of its own, not what the pass held.
+                // The hard limit counts what is left of what it owed before
+                // this pass, never this pass's frames (a queue of only this
+                // pass's copies, or none, cannot be over it).
                 let pending = boxes[id].pending
-                if pending > hard {
+                if queued > hard, self.unsentFromBefore(id, queued: queued, taken: sent) > hard {
                     self.dropOverLimit(&boxes[id])
                     return .overLimit(pending: pending)
                 }
-                if boxes[id].batchEnd > boxes[id].batchStart { self.keep(&boxes[id]) }
+                if boxes[id].batchEnd > boxes[id].batchStart {
+                    self.noteQueueGrows(id, queued: boxes[id].queue.count)
+                    self.keep(&boxes[id])
+                }
                 var becameSlow = false
                 if pending <= softBytes {
                     boxes[id].softSinceMs = nil

@@ -494,6 +494,15 @@ final class Daemon {
         return client
     }
 
+    /// A client that never reads with its own TCP_MAXSEG (`TestClient.init`), once accepted.
+    func connect(receiveBuffer: Int, maxSegment: Int32) throws -> TestClient {
+        let client = try TestClient(host: host, port: port, receiveBuffer: receiveBuffer, maxSegment: maxSegment, owner: self)
+        if !stderr.wait(for: "client connected CLIENT_ADDR=\(client.address) ") {
+            throw HarnessError("roomcastd did not log accepting \(client.address); stderr:\n\(stderr.current)")
+        }
+        return client
+    }
+
     /// Replaces the config file (for SIGHUP tests); `text` is written verbatim.
     func rewriteConfig(_ text: String) throws {
         try directory.write("roomcastd.conf", text)

@@ -115,14 +115,19 @@ final class TestClient {
     ///   - sourceIP: a local address to connect from (e.g. `127.0.0.2`, any of
     ///     127.0.0.0/8 works on loopback), to look like another host.
     ///   - owner: kept alive with the client (its `Daemon`).
-    init(host: String, port: UInt16, receiveBuffer: Int? = nil, sourceIP: String? = nil, owner: AnyObject? = nil) throws {
+    convenience init(host: String, port: UInt16, receiveBuffer: Int? = nil, sourceIP: String? = nil, owner: AnyObject? = nil) throws {
+        try self.init(host: host, port: port, receiveBuffer: receiveBuffer, maxSegment: 536, sourceIP: sourceIP, owner: owner)
+    }
+
+    /// The same, with `maxSegment` the TCP_MAXSEG set with `receiveBuffer`, in bytes.
+    init(host: String, port: UInt16, receiveBuffer: Int?, maxSegment: Int32, sourceIP: String? = nil, owner: AnyObject? = nil) throws {
         self.owner = owner
         let family: Int32 = host.contains(":") ? AF_INET6 : AF_INET
         let fd = socket(family, Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw HarnessError("socket: \(errnoText())") }
         if var size = receiveBuffer.map(Int32.init) {
             setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-            var segment: Int32 = 536
+            var segment = maxSegment
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_MAXSEG, &segment, socklen_t(MemoryLayout<Int32>.size))
         }
         if let sourceIP {
