@@ -8,7 +8,7 @@ import RoomcastIO
 // its two connections, what it publishes (every frame the relay relays,
 // through `RelayObserver`), what it subscribes to (the rooms with members
 // here), what it delivers (other daemons' frames, through
-// `Server.deliverFromCluster`), and how it survives a Redis that is down,
+// `ClusterHost.deliverFromCluster`), and how it survives a Redis that is down,
 // slow, restarted, stopped or not Redis at all. Local relay never waits
 // for it: it only appends to a connection's output, which is written once
 // per loop turn.
@@ -50,8 +50,14 @@ struct ClusterFigures: Equatable {
     }
 }
 
-/// The daemon's link to the cluster: owned by the server, which it refers
-/// back to (unowned) for the clock, the logger, addresses and delivery.
+/// The daemon's link to the cluster: owned by the server, which it reaches
+/// only through `ClusterHost` (ClusterHost.swift: delivery, addresses,
+/// moderation, the live log), and which reaches it only through its
+/// methods: `relayed` (publish, through `RelayObserver`), `roomOpened` and
+/// `roomClosed` (subscribe, unsubscribe), `beforeWait`, `ready`,
+/// `runTimers` and `deadline` (the loop's tick), the queries
+/// (`figures`, `viewers`, `remoteMembersPage`, ...) and the calls back to
+/// the host (events out).
 final class ClusterLink: RelayObserver {
     /// Reconnect delays: 50 ms, doubled at each failed attempt, at most 2 s (with ±20 % jitter).
     static let firstRetryMs: UInt64 = 50
@@ -59,9 +65,19 @@ final class ClusterLink: RelayObserver {
     /// Channels per SUBSCRIBE when resubscribing every room.
     static let subscribeBatch = 1_000
 
-    unowned let server: Server
+    /// The daemon: everything the link asks of it (ClusterHost.swift).
+    unowned let host: any ClusterHost
     let address: RedisAddress
     private(set) var settings: Config.Cluster
+    /// The relay's rules: frame types and `max_room_bytes` (`ClusterSettings.relay`).
+    private(set) var relaySettings: RelaySettings
+    /// The monotonic clock (ms) and the wall clock (ms since the epoch), the daemon's.
+    let clock: () -> UInt64
+    let wallClock: () -> Int64
+    let logger: Logger
+    /// The daemon keeps a live log (the crash path): the link writes its
+    /// numbering and positions there (`startLiveLog`, ClusterLiveLog.swift).
+    private(set) var logsLive = false
     /// This daemon in the cluster: random, drawn at the first start, and
     /// carried over a restart that keeps the clients (`adopt`) and over a
     /// crash (the live log has it).
@@ -171,14 +187,24 @@ final class ClusterLink: RelayObserver {
     var converted: [UInt8] = []
 
     /// - Parameters:
+    ///   - host: the daemon (held unowned: it owns the link).
+    ///   - clock: ms of the monotonic clock; `wallClock`: ms since the epoch.
+    ///   - logsLive: the daemon keeps a live log already (else `startLiveLog`).
     ///   - selector: the loop's selector, which both connections register with.
     ///   - maxMessageBytes: the most a message on the subscriber may hold
     ///     (`maxMessageBytes(_:json:)` of the protocol and JSON settings).
-    init(server: Server, address: RedisAddress, settings: Config.Cluster, byteOrder: ByteOrder,
+    init(host: any ClusterHost, address: RedisAddress, settings all: ClusterSettings, byteOrder: ByteOrder,
+         clock: @escaping () -> UInt64, wallClock: @escaping () -> Int64, logger: Logger, logsLive: Bool,
          selector: Selector<Server.Source>, maxMessageBytes: Int) {
-        self.server = server
+        self.host = host
         self.address = address
+        let settings = all.cluster
         self.settings = settings
+        relaySettings = all.relay
+        self.clock = clock
+        self.wallClock = wallClock
+        self.logger = logger
+        self.logsLive = logsLive
         self.byteOrder = byteOrder
         kind = ClusterEnvelope.Kind(byteOrder)
         origin = Sys.randomSeed()  // never blocks, even at early boot
@@ -191,8 +217,7 @@ final class ClusterLink: RelayObserver {
         subscriber = RedisConnection(role: .subscriber, link: self, selector: selector, maxReplyBytes: maxMessageBytes)
     }
 
-    var nowMs: UInt64 { server.clock() }
-    var logger: Logger { server.logger }
+    var nowMs: UInt64 { clock() }
     var connected: Bool { publisher.state == .ready && subscriber.state == .ready }
 
     /// Whether `room` has members here (what the subscriber listens to).
@@ -204,10 +229,20 @@ final class ClusterLink: RelayObserver {
     }
 
     /// New `timeout`, `restart_grace` and `max_output_bytes` (reload); `redis` and `name` need a restart.
-    func reconfigure(_ new: Config.Cluster) {
+    /// The relay's rules are taken whole.
+    func reconfigure(_ all: ClusterSettings) {
+        let new = all.cluster
         settings.timeoutMs = new.timeoutMs
         settings.restartGraceMs = new.restartGraceMs
         settings.maxOutputBytes = new.maxOutputBytes
+        relaySettings = all.relay
+    }
+
+    /// The daemon opened its live log (the crash path): from now on the
+    /// link writes its numbering and the positions of frames delivered here.
+    func startLiveLog() {
+        logsLive = true
+        tracker.tracksChanges = true
     }
 
     /// Before the restore: the previous process's origin and numbering,

@@ -92,7 +92,7 @@ extension ClusterLink {
     func idempotencyKey(_ key: String) -> [UInt8] { Array("roomcast:\(settings.name):idem:".utf8) + Array(key.utf8) }
 
     /// Sends the claim of `key` for the request of `fingerprint` (32 bytes);
-    /// its answer comes to `server.claimAnswered(token, _)`.
+    /// its answer comes to `host.claimAnswered(token, _)`.
     /// - Returns: false when it cannot be sent (publisher not ready, or its
     ///   output over `max_output_bytes`): the caller falls back at once.
     func claimIdempotency(_ key: String, fingerprint: [UInt8], token: UInt64) -> Bool {
@@ -133,7 +133,7 @@ extension ClusterLink {
         } else {
             outcome = .claimed
         }
-        server.claimAnswered(token, outcome)
+        host.claimAnswered(token, outcome)
     }
 
     /// Redis answered a claim (or its store) with an error (Redis before
@@ -141,13 +141,13 @@ extension ClusterLink {
     func redisClaimRefused(_ text: String, claim: Bool) {
         logger.peerWarning(reason: "cluster_error", nowMs: nowMs, "cluster: Redis refused an Idempotency-Key \(claim ? "claim (SET NX GET, Redis >= 7.0)" : "update"): \(text)",
                            ["REDIS": address.description, "DETAIL": text])
-        if claim, let token = popClaim() { server.claimAnswered(token, .failed("Redis refused the claim: \(text)")) }
+        if claim, let token = popClaim() { host.claimAnswered(token, .failed("Redis refused the claim: \(text)")) }
     }
 
     /// The publisher is lost (closed, timed out): every claim waiting is
     /// served by the local cache.
     func failClaims(_ reason: String) {
-        while let token = popClaim() { server.claimAnswered(token, .failed(reason)) }
+        while let token = popClaim() { host.claimAnswered(token, .failed(reason)) }
         claimWaits.removeAll(keepingCapacity: true)
         claimWaitsHead = 0
     }

@@ -29,13 +29,13 @@ extension ClusterLink {
     /// frames as late); numbers drawn and not sent before a crash are
     /// drawn again.
     func publisherWillWrite() {
-        guard server.live != nil, !streamsToLog.isEmpty || streams.lastStreamID != loggedLastStream else { return }
+        guard logsLive, !streamsToLog.isEmpty || streams.lastStreamID != loggedLastStream else { return }
         if streams.lastStreamID != loggedLastStream {
             loggedLastStream = streams.lastStreamID
-            server.logLive(LiveLog.clusterOrigin(origin, lastStream: loggedLastStream))
+            host.logLive(LiveLog.clusterOrigin(origin, lastStream: loggedLastStream))
         }
         for room in streamsToLog {
-            if let s = streams.position(room) { server.logLive(LiveLog.clusterStream(room, id: s.id, seq: s.seq)) }
+            if let s = streams.position(room) { host.logLive(LiveLog.clusterStream(room, id: s.id, seq: s.seq)) }
         }
         streamsToLog.removeAll(keepingCapacity: true)
     }
@@ -43,7 +43,7 @@ extension ClusterLink {
     /// Once per loop turn: the positions of the rooms that received frames
     /// from other daemons, or forgot some, into the live log.
     func logLivePositions() {
-        guard server.live != nil else { return }
-        for (room, list) in tracker.takeChanged() { server.logLive(LiveLog.clusterPositions(room, list)) }
+        guard logsLive else { return }
+        for (room, list) in tracker.takeChanged() { host.logLive(LiveLog.clusterPositions(room, list)) }
     }
 }

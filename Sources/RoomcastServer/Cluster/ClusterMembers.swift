@@ -285,7 +285,7 @@ extension ClusterLink {
     func track(_ frame: UnsafeRawBufferPointer, order: ByteOrder, origin: UInt64, address: String, sub: UnsafeRawBufferPointer,
                room: RoomName) {
         guard case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max) else { return }
-        let p = server.config.protocol
+        let p = relaySettings
         if type == p.joinType {
             let verified = sub.isEmpty ? nil : String(decoding: sub, as: UTF8.self)
             if !remote.joined(origin, address: address, room: room, identity: Array(frame[FrameCodec.headerSize...]), sub: verified,
@@ -311,9 +311,9 @@ extension ClusterLink {
         // under a new origin re-announces its restored members) did not leave.
         for (address, m) in members where hasMembers(m.room) && !remote.has(address, in: m.room, except: origin) {
             var frame: [UInt8] = []
-            FrameCodec.appendHeader(type: server.config.protocol.leaveType, length: UInt32(m.identity.count), byteOrder: byteOrder, to: &frame)
+            FrameCodec.appendHeader(type: relaySettings.leaveType, length: UInt32(m.identity.count), byteOrder: byteOrder, to: &frame)
             frame += m.identity
-            _ = frame.withUnsafeBytes { server.deliverFromCluster($0, room: m.room, address: address) }
+            _ = frame.withUnsafeBytes { host.deliverFromCluster($0, room: m.room, address: address) }
             leaves += 1
         }
         logger.info("cluster: daemon \(ClusterEnvelope.hex(origin)) \(why); \(plural(leaves, "leave")) for its members sent to the rooms here",
@@ -332,10 +332,9 @@ extension ClusterLink {
         guard publisher.state == .ready else { return }
         var frame: [UInt8] = []
         var count = 0
-        for id in server.table.ids {
-            guard let identity = server.relay.identity(of: id), let room = server.relay.roomName(of: id) else { continue }
+        for (id, room, identity) in host.clusterMembers() {
             frame.removeAll(keepingCapacity: true)
-            FrameCodec.appendHeader(type: server.config.protocol.joinType, length: UInt32(identity.count), byteOrder: byteOrder, to: &frame)
+            FrameCodec.appendHeader(type: relaySettings.joinType, length: UInt32(identity.count), byteOrder: byteOrder, to: &frame)
             frame += identity
             frame.withUnsafeBytes { relayed($0, room: room, from: id) }
             count += 1

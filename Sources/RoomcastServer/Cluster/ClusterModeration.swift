@@ -53,10 +53,10 @@ extension ClusterLink {
             return refuse(.control, "a \(payload.count)-byte control message that is not roomcast's (or outside the API's bounds)")
         }
         guard message.origin != origin else { return }
-        let maxRoom = server.config.protocol.maxRoomBytes
+        let maxRoom = relaySettings.maxRoomBytes
         switch message.operation {
         case .set(let record):
-            if let why = record.refusal(wallMs: server.wallClock(), maxRoomBytes: maxRoom) {
+            if let why = record.refusal(wallMs: wallClock(), maxRoomBytes: maxRoom) {
                 return refuse(.moderation, "the moderation record \(clipForLog(record.field, maxBytes: 96)) of daemon "
                               + "\(ClusterEnvelope.hex(message.origin)): \(why)", origin: message.origin)
             }
@@ -65,7 +65,7 @@ extension ClusterLink {
                 return refuse(.control, "a kick in a room of \(room.count) bytes, over protocol.max_room_bytes (\(maxRoom))", origin: message.origin)
             }
         }
-        server.applyControl(message, now: nowMs)
+        host.applyControl(message, now: nowMs)
     }
 
     /// The hash as HGETALL answered it; a field that is not ours, or
@@ -75,7 +75,7 @@ extension ClusterLink {
         var records: [ModerationRecord] = []
         records.reserveCapacity(pairs.count)
         var skipped = 0, outside = 0
-        let wall = server.wallClock(), maxRoom = server.config.protocol.maxRoomBytes
+        let wall = wallClock(), maxRoom = relaySettings.maxRoomBytes
         for p in pairs {
             guard let r = ModerationRecord(field: p.field, value: p.value) else { skipped += 1; continue }
             if r.refusal(wallMs: wall, maxRoomBytes: maxRoom) != nil { outside += 1; continue }
@@ -88,7 +88,7 @@ extension ClusterLink {
                            ["REASON": "cluster_bad_message", "REDIS": address.description])
         }
         moderationLoaded = true
-        server.loadModeration(records, now: nowMs)
+        host.loadModeration(records, now: nowMs)
     }
 
     /// Redis refused an HSET, HDEL, EVAL or HGETALL (an ACL, out of memory):

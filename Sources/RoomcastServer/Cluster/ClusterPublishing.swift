@@ -19,7 +19,7 @@ extension ClusterLink {
     /// for every other frame: it goes out with its sender's own sub.
     func relayed(_ frame: UnsafeRawBufferPointer, room: RoomName, from sender: Int, proving sub: String?) {
         let next = streams.next(room)
-        if server.live != nil { streamsToLog.insert(room) }
+        if logsLive { streamsToLog.insert(room) }
         guard publisher.state == .ready else {
             dropped &+= 1
             return
@@ -34,7 +34,7 @@ extension ClusterLink {
             return
         }
         ClusterEnvelope.encode(kind: kind, origin: origin, stream: next.stream, seq: next.seq, room: room,
-                               address: server.table.address(of: sender), sub: sendsSub ? sub ?? server.table.sub(of: sender) : nil,
+                               address: host.clusterAddress(of: sender), sub: sendsSub ? sub ?? host.clusterSub(of: sender) : nil,
                                frame: frame, into: &envelope)
         if publisher.publish(next.channel, envelope, nowMs: self.nowMs) {
             published &+= 1

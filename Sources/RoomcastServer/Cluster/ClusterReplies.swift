@@ -99,7 +99,7 @@ extension ClusterLink {
             return
         }
         let order: ByteOrder = v.kind == .littleEndianFrame ? .little : .big
-        if let why = ClusterFrameCheck.refusal(v.frame, order: order, room: room, sub: v.sub, settings: server.relay.settings) {
+        if let why = ClusterFrameCheck.refusal(v.frame, order: order, room: room, sub: v.sub, settings: relaySettings) {
             return refuse(why, "a frame to \(room) that no daemon of ours relays (\(why.label))", origin: v.origin)
         }
         guard remote.admit(v.origin, nowMs: nowMs, frame: true) else {
@@ -121,21 +121,21 @@ extension ClusterLink {
         received &+= 1
         let sender = String(decoding: v.address, as: UTF8.self)
         track(v.frame, order: order, origin: v.origin, address: sender, sub: v.sub, room: room)
-        if !v.sub.isEmpty && server.moderation.count > 0 && moderatedRemote(v.frame, order: order, from: v.origin, sub: v.sub, room: room) {
+        if !v.sub.isEmpty && host.clusterModerates && moderatedRemote(v.frame, order: order, from: v.origin, sub: v.sub, room: room) {
             return  // logged there
         }
         if v.kind == kind {
-            server.deliverFromCluster(v.frame, room: room, address: sender)
+            host.deliverFromCluster(v.frame, room: room, address: sender)
         } else {
             ClusterEnvelope.convertHeader(v.frame, from: byteOrder == .little ? .big : .little, to: byteOrder, into: &converted)
-            _ = converted.withUnsafeBytes { server.deliverFromCluster($0, room: room, address: sender) }
+            _ = converted.withUnsafeBytes { host.deliverFromCluster($0, room: room, address: sender) }
         }
     }
 
     /// A `counts` message of `origin`: its rooms' members, taken within
     /// `ClusterCounts.decode`'s bounds and `RemoteDaemons.maxCountedRooms`.
     private func takeCounts(_ payload: UnsafeRawBufferPointer, of origin: UInt64) {
-        switch ClusterCounts.decode(payload, maxRoomBytes: server.config.protocol.maxRoomBytes) {
+        switch ClusterCounts.decode(payload, maxRoomBytes: relaySettings.maxRoomBytes) {
         case .success(let counts):
             if !remote.setCounts(origin, counts, nowMs: nowMs) {
                 refuse(.countsLimit, "the viewer counts of \(plural(counts.count, "room")) of daemon \(ClusterEnvelope.hex(origin)): "
@@ -155,17 +155,9 @@ extension ClusterLink {
     func moderatedRemote(_ frame: UnsafeRawBufferPointer, order: ByteOrder, from origin: UInt64, sub: UnsafeRawBufferPointer,
                          room: RoomName) -> Bool {
         guard case .frame(let type, _) = FrameCodec.parse(frame, byteOrder: order, maxFrameBytes: Int.max) else { return false }
-        let p = server.config.protocol
+        let p = relaySettings
         guard type != p.joinType && type != p.leaveType && type != p.heartbeatType else { return false }
-        let wall = server.wallClock(), bytes = Array(sub)
-        let what: String
-        if server.moderation.active(ModerationKey(.mute, room: room, sub: bytes), wallMs: wall) != nil {
-            what = "muted"
-        } else if server.moderation.active(ModerationKey(.ban, room: room, sub: bytes), wallMs: wall) != nil {
-            what = "banned"
-        } else {
-            return false
-        }
+        guard let what = host.clusterModeration(of: sub, in: room) else { return false }
         let shown = clipForLog(String(decoding: sub, as: UTF8.self), maxBytes: 64)
         logger.peerWarning(reason: "cluster_moderated", nowMs: nowMs,
                            "cluster: dropped a frame of type \(type) from daemon \(ClusterEnvelope.hex(origin)) to \(room): "

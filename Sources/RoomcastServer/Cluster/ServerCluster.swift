@@ -10,7 +10,8 @@ extension Server {
     /// are its to subscribe. It connects at `startCluster`.
     func makeCluster() {
         guard let address = config.cluster.redis else { return }
-        let link = ClusterLink(server: self, address: address, settings: config.cluster, byteOrder: config.protocol.byteOrder, selector: selector,
+        let link = ClusterLink(host: self, address: address, settings: clusterSettings, byteOrder: config.protocol.byteOrder,
+                               clock: clock, wallClock: wallClock, logger: logger, logsLive: live != nil, selector: selector,
                                maxMessageBytes: ClusterLink.maxMessageBytes(config.protocol, json: config.json))
         cluster = link
         relay.observer = link
@@ -34,11 +35,35 @@ extension Server {
         }
     }
 
-    /// A frame another daemon relayed to `room`, for the members here
-    /// (docs/protocol/across-daemons.md §12): the same fan-out as local frames, with no
-    /// local sender; JSON members see `address` as its `addr`.
+    /// What the cluster link is given of the running config (`[cluster]`
+    /// and the relay's rules), at its start and at every reload.
+    var clusterSettings: ClusterSettings { ClusterSettings(cluster: config.cluster, relay: relay.settings) }
+}
+
+// The daemon as the cluster link's host (ClusterHost.swift has what each does).
+extension Server: ClusterHost {
     @discardableResult
     func deliverFromCluster(_ frame: UnsafeRawBufferPointer, room: RoomName, address: String) -> Int {
         relay.deliver(frame, toRoom: room, from: address, sink: table.fanout)
+    }
+
+    func clusterAddress(of id: Int) -> String { table.address(of: id) }
+
+    func clusterSub(of id: Int) -> String { table.sub(of: id) }
+
+    func clusterMembers() -> [(id: Int, room: RoomName, identity: [UInt8])] {
+        table.ids.compactMap { id in
+            guard let identity = relay.identity(of: id), let room = relay.roomName(of: id) else { return nil }
+            return (id, room, identity)
+        }
+    }
+
+    var clusterModerates: Bool { moderation.count > 0 }
+
+    func clusterModeration(of sub: UnsafeRawBufferPointer, in room: RoomName) -> String? {
+        let wall = wallClock(), bytes = Array(sub)
+        if moderation.active(ModerationKey(.mute, room: room, sub: bytes), wallMs: wall) != nil { return "muted" }
+        if moderation.active(ModerationKey(.ban, room: room, sub: bytes), wallMs: wall) != nil { return "banned" }
+        return nil
     }
 }

@@ -180,7 +180,7 @@ extension Server {
         live = store
         relay.tracksChanges = true
         table.fanout.tracksTornFrames = true
-        cluster?.tracker.tracksChanges = true
+        cluster?.startLiveLog()
         // TLS connections stay out, as `liveOpened` keeps new ones out.
         for id in table.ids where table.slots[id]!.tls == nil { assignSerial(id) }
         rebuildLiveLog()

@@ -99,7 +99,7 @@ extension Server {
         table.fanout.shedAfterMs = config.limits.effectiveShedAfterMs
         table.countPerIP = config.server.maxClientsPerIP > 0
         heartbeats.reconfigure(config, nowMs: now)
-        cluster?.reconfigure(config.cluster)
+        cluster?.reconfigure(clusterSettings)
         scheduleViewerCounts(now: now)
         if config.limits != old.limits {
             for id in table.ids { resetRateLimits(id, now: now) }
