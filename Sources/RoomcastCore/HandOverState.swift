@@ -21,8 +21,8 @@
 ///              tag 6: one room's stream (name, epoch, seq, and
 ///                     each recent frame as a nested record of its seq and
 ///                     bytes; docs/protocol/positions.md §4, "Positions and resume")
-///              tag 0x4901: one remembered Idempotency-Key (`IdempotencyTag`:
-///                     key, fingerprint, delivered, time left; docs/api.md)
+///              tag 0x4901: one remembered Idempotency-Key (key,
+///                     fingerprint, delivered, time left; docs/api.md)
 ///
 /// Each kind of record is one table of fields in HandOverStateTables.swift
 /// (tag, value coder, where the field lives), which one codec

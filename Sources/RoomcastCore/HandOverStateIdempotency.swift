@@ -1,10 +1,9 @@
 // The hand-over state's Idempotency-Key entries (record tag 0x4901; the
 // format: HandOverState.swift). One record per key the API remembers
 // (docs/api.md "Idempotency-Key"), so that a backend's retry after a restart
-// gets the first reply instead of relaying a second paid gift. Written in
-// one block of HandOverStateEncoding.swift and read in one of
-// HandOverStateDecoding.swift; a reader before it skips the tag (as every
-// unknown record) and starts with an empty cache.
+// gets the first reply instead of relaying a second paid gift. Its table is
+// `idempotency` in HandOverStateTables.swift; a reader before it skips the
+// tag (as every unknown record) and starts with an empty cache.
 extension HandOverState {
     /// One remembered publish: its key, the SHA-256 fingerprint of its
     /// request (method, path, body; never the body), what it answered, and
@@ -41,11 +40,6 @@ extension HandOverState {
             (1...Self.maxKeyBytes).contains(key.count) && fingerprint.count == Self.fingerprintBytes
                 && remainingMs > 0 && remainingMs <= Self.maxRemainingMs
         }
-    }
-
-    /// The field tags inside an idempotency record (tag `RecordTag.idempotency`).
-    enum IdempotencyTag: UInt16 {
-        case key = 1, fingerprint, delivered, remainingMs
     }
 
     /// At least the bytes of the idempotency records: a record header and

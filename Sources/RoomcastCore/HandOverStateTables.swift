@@ -16,7 +16,7 @@
 // WebSocket, 0x5801 slow mode, 0x5E01 shedding), so that fields added
 // meanwhile on another branch cannot collide with it.
 extension HandOverState {
-    /// The payload's records (the format: HandOverState.swift).
+    /// The payload's records (the format: HandOverState.swift), in the order they are written.
     static let payload = RecordKind<Payload>(blank: Payload(), fields: [
         .group(1, globals),
         // One record per connection, in order: tag 4 for a WebSocket one, so
@@ -40,6 +40,10 @@ extension HandOverState {
             if let record = ModerationRecord(field: m.field, value: m.value) { p.state.moderation.append(record) }
         }),
         .repeated(6, room.coder, { $0.state.rooms }, { $0.state.rooms.append($1) }),
+        // One outside the API's bounds, or past the cache's capacity, is dropped, not the state.
+        .repeated(0x4901, idempotency.coder, { $0.state.idempotency }, { p, e in
+            if e.isWellFormed && p.state.idempotency.count < IdempotencyEntry.maxEntries { p.state.idempotency.append(e) }
+        }),
     ], check: { p throws(DecodeError) in
         let plain = p.state.connections.count - p.webSocketsRead
         if let said = p.saidConnections, said != UInt32(clamping: plain) {
@@ -157,6 +161,14 @@ extension HandOverState {
     ], check: { s throws(DecodeError) in
         guard !s.position.epoch.isEmpty else { throw .damaged("a room record without its name or epoch") }
     })
+
+    /// Tag 0x4901: one remembered Idempotency-Key (HandOverStateIdempotency.swift).
+    static let idempotency = RecordKind<IdempotencyEntry>(blank: IdempotencyEntry(key: [], fingerprint: [], delivered: 0, remainingMs: 0), fields: [
+        .field(1, .bytes, { $0.key }, { $0.key = $1 }),
+        .field(2, .bytes, { $0.fingerprint }, { $0.fingerprint = $1 }),
+        .field(3, .u64("idempotency delivered count"), { $0.delivered }, { $0.delivered = $1 }),
+        .field(4, .u32("idempotency time left"), { $0.remainingMs }, { $0.remainingMs = $1 }),
+    ])
 
     /// Inside a room, tag 4: one recent frame.
     static let roomFrame = RecordKind<NumberedFrame>(blank: NumberedFrame(seq: 0, frame: []), fields: [
