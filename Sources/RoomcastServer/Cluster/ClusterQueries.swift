@@ -31,8 +31,4 @@ extension ClusterLink {
 
     /// What was refused from Redis for `reason` since the start (ClusterRefusals.swift).
     func refused(_ reason: ClusterRefusal) -> UInt64 { refusals[reason] }
-
-    /// A keyed publish was decided by the local cache alone (Redis down,
-    /// refusing the claim, or silent for `cluster.timeout`): counted.
-    func countIdempotencyFallback() { idempotencyFallbacks &+= 1 }
 }
