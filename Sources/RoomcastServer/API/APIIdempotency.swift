@@ -110,7 +110,7 @@ extension Server {
 
     /// A keyed publish served by the local cache alone: counted, logged rate-limited.
     func noteIdempotencyFallback(_ cluster: ClusterLink, _ why: String, now: UInt64) {
-        cluster.idempotencyFallbacks &+= 1
+        cluster.countIdempotencyFallback()
         logger.peerWarning(reason: "cluster_idempotency_fallback", nowMs: now,
                            "cluster: an Idempotency-Key could not be claimed in Redis (\(why)); this daemon's cache alone decides "
                            + "(a retry on another daemon may be relayed again)",

@@ -116,8 +116,8 @@ extension Server {
         // daemons' rooms (RemoteListing.swift): O(log rooms + limit).
         let got = relay.roomsPage(after: after, limit: n)
         var rooms = got.rooms, more = got.more
-        if let remote = cluster?.remote, !remote.viewers.isEmpty {
-            (rooms, more) = RemoteListing.merged((rooms, more), remote.listing.roomsPage(after: after, limit: n), limit: n)
+        if let remotePage = cluster?.remoteRoomsPage(after: after, limit: n) {
+            (rooms, more) = RemoteListing.merged((rooms, more), remotePage, limit: n)
         }
         let page = rooms.map { (room: $0, viewers: viewers(of: $0)) }
         let list = page.map { "{\"room\": \(jsonStringLiteral($0.room.string)), \"viewers\": \($0.viewers)}" }.joined(separator: ", ")
@@ -149,16 +149,14 @@ extension Server {
     private func remoteMembersJSON(_ room: RoomName, limit n: Int, after: [UInt8]) -> (list: String, next: String) {
         guard let cluster else { return ("", "null") }
         // A page of the room's ordered index (RemoteListing.swift): O(log members + limit).
-        let got = cluster.remote.listing.membersPage(in: room, after: after, limit: n)
-        let page = got.keys.compactMap { k in
-            cluster.remote.daemons[k.origin]?.members[k.address].map { (origin: k.origin, address: k.address, member: $0, key: k.bytes) }
-        }
+        let got = cluster.remoteMembersPage(in: room, after: after, limit: n)
+        let page = got.members
         let list = page.map { m in
             let name = (try? UserInfo(protobuf: m.member.identity))?.name ?? ""
             return "{\"daemon\": \"\(ClusterEnvelope.hex(m.origin))\", \"name\": \(jsonStringLiteral(name)), "
                 + "\"sub\": \(m.member.sub.map(jsonStringLiteral) ?? "null"), \"addr\": \(jsonStringLiteral(m.address))}"
         }.joined(separator: ", ")
-        let next = got.more ? jsonStringLiteral(percentEncoded(got.keys.last!.bytes)) : "null"
+        let next = got.more ? jsonStringLiteral(percentEncoded(got.lastKey!)) : "null"
         return (list, next)
     }
 

@@ -61,11 +61,11 @@ extension Server {
             ("{direction=\"stale\"}", c?.stale ?? 0),
         ])
         family("cluster_daemons", "gauge", "Other daemons of the cluster this daemon knows of (heard, or holding members here).",
-               [("", UInt64(cluster?.remote.daemons.count ?? 0))])
+               [("", UInt64(cluster?.daemonsKnown ?? 0))])
         family("cluster_subscribed_rooms", "gauge", "Room channels subscribed in Redis (rooms with members here), while connected.",
                [("", UInt64(c?.rooms ?? 0))])
         family("cluster_refused_total", "counter", "What was refused from Redis and never delivered, stored or answered, by reason (docs/cluster.md, \"What arrives from Redis\").",
-               ClusterRefusal.allCases.map { ("{reason=\"\($0.label)\"}", cluster?.refusals[$0] ?? 0) })
+               ClusterRefusal.allCases.map { ("{reason=\"\($0.label)\"}", cluster?.refused($0) ?? 0) })
         family("idempotency_cluster_fallbacks_total", "counter", "Publishes by Idempotency-Key decided by this daemon's cache alone: Redis down, refusing the claim or not answering within cluster.timeout (docs/api.md).",
                [("", cluster?.idempotencyFallbacks ?? 0)])
         out += "# HELP roomcast_loop_wait_seconds Time each loop iteration spent waiting in epoll_wait(2).\n# TYPE roomcast_loop_wait_seconds histogram\n"

@@ -180,7 +180,11 @@ final class ClusterLink: RelayObserver {
     var claimWaitsHead = 0
     /// Keyed publishes served from the local cache alone because Redis was
     /// down, refused the claim or did not answer within `cluster.timeout`.
-    var idempotencyFallbacks: UInt64 = 0
+    private(set) var idempotencyFallbacks: UInt64 = 0
+
+    /// A keyed publish was decided by the local cache alone (Redis down,
+    /// refusing the claim, or silent for `cluster.timeout`): counted.
+    func countIdempotencyFallback() { idempotencyFallbacks &+= 1 }
 
     /// Reusable buffers: the envelope being published, a frame in the other byte order.
     var envelope: [UInt8] = []

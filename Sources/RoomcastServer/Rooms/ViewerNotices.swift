@@ -10,7 +10,7 @@ extension Server {
     /// Viewers of `room` over the cluster: members here plus the other
     /// daemons' last counts (at most `RemoteDaemons.countsMaxAgeMs` old).
     func viewers(of room: RoomName) -> Int {
-        relay.memberCount(of: room) + (cluster?.remote.viewers[room] ?? 0)
+        relay.memberCount(of: room) + (cluster?.remoteViewers(in: room) ?? 0)
     }
 
     /// `[rooms] counts` (re)armed at start and on reload.
@@ -22,7 +22,7 @@ extension Server {
     /// since its last notice gets `viewers` with the count in `count`.
     func sweepViewerCountsIfDue(now: UInt64) {
         guard now >= viewerCounts.nextMs, !stopping else { return }
-        let counts = relay.roomCounts.map { (room: $0.room, viewers: $0.members + (cluster?.remote.viewers[$0.room] ?? 0)) }
+        let counts = relay.roomCounts.map { (room: $0.room, viewers: $0.members + (cluster?.remoteViewers(in: $0.room) ?? 0)) }
         for (room, n) in viewerCounts.sweep(counts, nowMs: now) {
             let body = Notice(code: "viewers", count: Int64(n)).serialized()
             let frame = FrameCodec.encode(type: config.protocol.noticeType, body: body, byteOrder: config.protocol.byteOrder)
