@@ -61,8 +61,14 @@ extension Server {
     static let readsPerWakeup = 4
 
     /// Reads what `id` sent, up to `readsPerWakeup` reads; EOF and errors
-    /// end the connection (ConnectionLifecycle.swift).
+    /// end the connection (ConnectionLifecycle.swift). Nothing while its own
+    /// backlog is above `output_soft_bytes` (`pauseInput`); a hang-up seen
+    /// while paused is read as usual.
     func readFrames(_ id: Int) {
+        if !table.fanout.outboxes[id].inputPaused, table.fanout.outboxes[id].queue.count > config.limits.outputSoftBytes {
+            pauseInput(id)
+            return
+        }
         if let ssl = table.slots[id]!.tls {
             readTLS(id, ssl)  // TLSConnection.swift
             return

@@ -70,6 +70,11 @@ struct Outbox {
     var recent = false
     /// In the list of connections holding a drained output buffer.
     var retained = false
+    /// Its input is not read while its own backlog is above
+    /// `output_soft_bytes` (backpressure on a sender that does not read,
+    /// docs/protocol/rooms.md §6): EPOLLIN is off until the backlog drains
+    /// to that size (`Server.pauseInput`, `Server.resumeInputIfDrained`).
+    var inputPaused = false
     /// When the pending output first went above `output_soft_bytes` (nil: not above).
     var softSinceMs: UInt64?
     /// Bytes at the head of `queue` (then of its batch range) that finish a

@@ -30,6 +30,7 @@ extension Server {
         case .overLimit:
             break  // closed by the fan-out, with the slow-consumer warning
         case .all(let hadBacklog, let draining):
+            if table.fanout.outboxes[id].inputPaused { table.fanout.outboxes[id].inputPaused = false; resumeInput(id, writable: !hadBacklog) }
             // A torn frame, or a WebSocket's 101 answer (`liveUpgraded`), is written now.
             if let live, hadBacklog || (id < live.slots.count && live.slots[id].loggedTorn) { liveTorn(id) }
             if draining {
@@ -37,14 +38,35 @@ extension Server {
             } else if hadBacklog {
                 setWriteInterest(id, false)
             }
-        case .partial(_, let hadBacklog, let becameSlow):
+        case .partial(let pending, let hadBacklog, let becameSlow):
             if live != nil { liveTorn(id) }  // the rest of a frame the kernel took part of
-            if !hadBacklog { setWriteInterest(id, true) }
+            if table.fanout.outboxes[id].inputPaused, pending <= config.limits.outputSoftBytes {
+                table.fanout.outboxes[id].inputPaused = false
+                setWriteInterest(id, true)  // reading again, still writable
+            } else if !hadBacklog { setWriteInterest(id, true) }
             if becameSlow {
                 watch.overSoft.append(id)
                 table.fanout.someoneSlow = true
             }
         }
+    }
+
+    /// Backpressure on a sender (docs/protocol/rooms.md §6): its own backlog
+    /// (bytes the kernel refused in earlier passes: its echoes, notices,
+    /// the room's frames) is above `output_soft_bytes`, so its input is not
+    /// read until that drains: what it sends would only add to what it does
+    /// not read (a publisher whose echoes pile up; the closed loop of a load
+    /// generator bounds only the other members). EPOLLIN goes off; the
+    /// flush that brings the backlog to `output_soft_bytes` or under turns
+    /// it on again. The soft and hard limits still cut it.
+    func pauseInput(_ id: Int) {
+        table.fanout.outboxes[id].inputPaused = true
+        setWriteInterest(id, true)
+    }
+
+    /// Reading `id` again after `pauseInput`, its backlog drained; `writable`: keep EPOLLOUT.
+    private func resumeInput(_ id: Int, writable: Bool) {
+        setWriteInterest(id, writable && table.fanout.outboxes[id].writeArmed)
     }
 
     /// Watches `id` for writability (only while output is refused) and,
@@ -54,7 +76,8 @@ extension Server {
         table.fanout.outboxes[id].writeArmed = on
         do {
             // No reading while a hand-over flushes (HandOver.swift).
-            try selector.setInterest(r, readable: table.isOpen(id) && !handOver.pending, writable: on)
+            // Nor while its own backlog holds its input back (`pauseInput`).
+            try selector.setInterest(r, readable: table.isOpen(id) && !handOver.pending && !table.fanout.outboxes[id].inputPaused, writable: on)
         } catch {
             table.close(id, error.description)
         }
