@@ -30,7 +30,8 @@ extension Server {
         case .overLimit:
             break  // closed by the fan-out, with the slow-consumer warning
         case .all(let hadBacklog, let draining):
-            if table.fanout.outboxes[id].inputPaused { table.fanout.outboxes[id].inputPaused = false; resumeInput(id, writable: !hadBacklog) }
+            // Only a connection with a backlog can be paused (`pauseInput` arms EPOLLOUT): no lookup for the others.
+            if hadBacklog, table.fanout.outboxes[id].inputPaused { table.fanout.outboxes[id].inputPaused = false; resumeInput(id, writable: false) }
             // A torn frame, or a WebSocket's 101 answer (`liveUpgraded`), is written now.
             if let live, hadBacklog || (id < live.slots.count && live.slots[id].loggedTorn) { liveTorn(id) }
             if draining {
