@@ -180,123 +180,25 @@ final class Fanout: FrameSink {
         return broadcast(frame, from: -1, to: members, except: -1)
     }
 
+    /// The broadcast (FrameSink): the steps of FanoutSteps.swift by name.
+    /// Each recipient not shed and taking frames gets its form of the
+    /// frame (translation) put into its range of the batch (region, where
+    /// the hard limit is judged); what the walk found is acted on after it.
     func broadcast(_ frame: UnsafeRawBufferPointer, from sender: Int, to members: [Int], except: Int) -> Int {
-        let hard = outputHardBytes
-        let ltb = store(frame, .ltb)
-        var json: Range<Int>?? = nil  // the JSON form in the batch, made at most once
-        var translation: [UInt8]?? = nil  // the JSON frame, translated at most once
-        var wsText: Range<Int>?? = nil  // a text frame of the JSON body, stored at most once
-        var wsBinary: Range<Int>? = nil  // a binary frame of the LTB frame, stored at most once
-        let tracksTorn = tracksTornFrames
-        var overHard: [(id: Int, pending: Int)] = []
-        var failed: [(id: Int, errno: Int32)] = []
-        var newlyQueued: [Int] = []
-        // Rare paths record into locals: touching the class's properties in
-        // the closure costs dynamic exclusivity checks on every delivery.
-        var tooLarge: [(id: Int, bytes: Int)] = []
-        var jsonTooLarge: Int?
-        let jsonLimit = jsonMaxFrameBytes
-        var count = 0
-        // Shedding (docs/protocol/rooms.md §6): the type is read once per broadcast;
-        // only a text broadcast pays a comparison per recipient.
+        var pass = BroadcastPass(frame: frame, sender: sender, hard: outputHardBytes, tracksTorn: tracksTornFrames,
+                                 jsonLimit: jsonMaxFrameBytes, ltb: store(frame, .ltb))
+        // The type is read once per broadcast; only a text broadcast while
+        // someone is slow pays for shedding.
         let sheds = shedsText && someoneSlow && !replaying && frame.count >= FrameCodec.headerSize && frameType(frame) == FrameKind.textType
         var shed: [Int] = []
         outboxes.withUnsafeMutableBufferPointer { boxes in
-            func put(_ range: Range<Int>, _ form: BatchForm, _ m: Int) {
-                let n = range.count
-                guard n <= hard else {
-                    tooLarge.append((m, n))
-                    return
-                }
-                if boxes[m].batchEnd == range.lowerBound && boxes[m].batchEnd > boxes[m].batchStart {
-                    assert(boxes[m].batchForm == form, "a connection's form changed while it held a range")
-                    boxes[m].batchEnd = range.upperBound  // the next frame of its run: no work at all
-                } else {
-                    if boxes[m].batchEnd > boxes[m].batchStart {
-                        if boxes[m].pending > hard {
-                            // A copy past the limit: the kernel takes what it can first.
-                            switch self.settle(m, &boxes[m], hard: hard, tracksTorn: tracksTorn) {
-                            case .kept: break
-                            case .overLimit(let pending): overHard.append((m, pending)); return
-                            case .failed(let e): failed.append((m, e)); return
-                            }
-                        } else {
-                            self.keep(&boxes[m])
-                        }
-                    }
-                    boxes[m].batchStart = range.lowerBound
-                    boxes[m].batchEnd = range.upperBound
-                    boxes[m].batchForm = form
-                }
-                count += 1
-                boxes[m].recent = true
-                if !boxes[m].queued {
-                    boxes[m].queued = true
-                    newlyQueued.append(m)
-                }
-            }
-            // No nested function for the JSON translation: one that captures
-            // these locals made every delivery pay for dynamic exclusivity
-            // checks (callgrind: 77 -> 108 instructions per delivery).
-            // Shedding: a text broadcast while someone is slow first finds the
-            // slow consumers (their soft clock runs) other than its sender and
-            // leaves them out: others' texts wait until they catch up. Every
-            // other broadcast walks `members` with nothing added per delivery
-            // (a check inside this walk cost opaque fan-out 2 instructions
-            // per delivery in `make bench-profile`: 88 -> 90).
-            var targets = members
-            if sheds {
-                // Shed only a reader whose soft clock ran `shed_after`: a
-                // burst that crosses the soft size for a moment sheds nothing.
-                let now = self.clock(), after = self.shedAfterMs
-                func overLong(_ m: Int) -> Bool { boxes[m].softSinceMs.map { after == 0 || now >= $0 && now - $0 >= after } ?? false }
-                for m in members where m != except && m != sender && overLong(m) && boxes[m].takesFrames { shed.append(m) }
-                if !shed.isEmpty { targets = members.filter { $0 == sender || !overLong($0) } }
-            }
-            for m in targets where m != except && boxes[m].takesFrames {
-                if boxes[m].json {
-                    if json == nil {
-                        if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
-                        json = .some(translation!.map { $0.withUnsafeBytes { self.store($0, .json) } })
-                    }
-                    guard let range = json! else { continue }
-                    put(range, .json, m)
-                } else if boxes[m].isWebSocket {
-                    // Upgrading, or /echo: no room frames. Server frames are
-                    // unmasked (RFC 6455 §5.1): the same bytes for every recipient.
-                    guard let form = boxes[m].webSocketForm else { continue }
-                    if form == .ltb {
-                        if wsBinary == nil { wsBinary = self.storeWebSocketFrame(.binary, frame, .webSocketBinary) }
-                        put(wsBinary!, .webSocketBinary, m)
-                    } else {
-                        if wsText == nil {
-                            if translation == nil { translation = .some(self.jsonFrame(frame, from: sender, limit: jsonLimit, tooLarge: &jsonTooLarge)) }
-                            wsText = .some(translation!.map { j in
-                                j.withUnsafeBytes {
-                                    self.storeWebSocketFrame(.text, UnsafeRawBufferPointer(rebasing: $0[JSONFrameCodec.headerSize...]), .webSocketText)
-                                }
-                            })
-                        }
-                        guard let range = wsText! else { continue }
-                        put(range, .webSocketText, m)
-                    }
-                } else {
-                    put(ltb, .ltb, m)
-                }
+            for m in shedding(members, sender: sender, except: except, sheds: sheds, boxes, shed: &shed) where m != except && boxes[m].takesFrames {
+                guard let (range, form) = form(for: m, boxes, &pass) else { continue }
+                put(range, form, to: m, boxes, &pass)
             }
         }
-        flushList.append(contentsOf: newlyQueued)
-        for (m, bytes) in tooLarge { skips.append(Skip(kind: .overOutputLimit, address: address(of: m), bytes: bytes)) }
-        if let bytes = jsonTooLarge { skips.append(Skip(kind: .overJSONLimit, address: address(of: sender), bytes: bytes)) }
-        for (m, pending) in overHard { closeOverLimit(m, pending: pending) }
-        for (m, e) in failed { table?.close(m, SystemError("send", errno: e).description) }
-        if !shed.isEmpty { noteShed(shed) }
-        deliveries &+= UInt64(count)
-        if count > 0, frame.count >= FrameCodec.headerSize {
-            let k = kindCodes
-            deliveredByKind.add(FrameKind.of(frameType(frame), join: k.join, leave: k.leave, heartbeat: k.heartbeat, notice: k.notice), UInt64(count))
-        }
-        return count
+        finish(pass, shed: shed)
+        return pass.count
     }
 
     /// A replay to `member` alone (its room's recent lines on join, its
