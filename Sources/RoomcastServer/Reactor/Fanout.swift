@@ -193,8 +193,11 @@ final class Fanout: FrameSink {
         var shed: [Int] = []
         outboxes.withUnsafeMutableBufferPointer { boxes in
             for m in shedding(members, sender: sender, except: except, sheds: sheds, boxes, shed: &shed) where m != except && boxes[m].takesFrames {
-                guard let (range, form) = form(for: m, boxes, &pass) else { continue }
-                put(range, form, to: m, boxes, &pass)
+                if !boxes[m].json && !boxes[m].isWebSocket {
+                    put(pass.ltb, .ltb, to: m, boxes, &pass)  // the common case: the LTB form, no translation
+                } else if let (range, form) = form(for: m, boxes, &pass) {
+                    put(range, form, to: m, boxes, &pass)
+                }
             }
         }
         finish(pass, shed: shed)
