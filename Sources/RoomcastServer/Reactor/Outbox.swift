@@ -73,7 +73,7 @@ struct Outbox {
     /// Its input is not read while its own backlog is above
     /// `output_soft_bytes` (backpressure on a sender that does not read,
     /// docs/protocol/rooms.md §6): EPOLLIN is off until the backlog drains
-    /// to that size (`Server.pauseInput`, `Server.resumeInputIfDrained`).
+    /// to that size (`Server.pauseInput`; the flush that drains it, `Server.flush`).
     var inputPaused = false
     /// When the pending output first went above `output_soft_bytes` (nil: not above).
     var softSinceMs: UInt64?

@@ -30,8 +30,10 @@ extension Server {
         case .overLimit:
             break  // closed by the fan-out, with the slow-consumer warning
         case .all(let hadBacklog, let draining):
-            // Only a connection with a backlog can be paused (`pauseInput` arms EPOLLOUT): no lookup for the others.
-            if hadBacklog, table.fanout.outboxes[id].inputPaused { table.fanout.outboxes[id].inputPaused = false; resumeInput(id, writable: false) }
+            // Only a connection with a backlog can be paused (`pauseInput` arms
+            // EPOLLOUT): no lookup for the others. Its reading comes back with
+            // the disarm below (`setWriteInterest` reads `inputPaused`).
+            if hadBacklog, table.fanout.outboxes[id].inputPaused { table.fanout.outboxes[id].inputPaused = false }
             // A torn frame, or a WebSocket's 101 answer (`liveUpgraded`), is written now.
             if let live, hadBacklog || (id < live.slots.count && live.slots[id].loggedTorn) { liveTorn(id) }
             if draining {
@@ -63,11 +65,6 @@ extension Server {
     func pauseInput(_ id: Int) {
         table.fanout.outboxes[id].inputPaused = true
         setWriteInterest(id, true)
-    }
-
-    /// Reading `id` again after `pauseInput`, its backlog drained; `writable`: keep EPOLLOUT.
-    private func resumeInput(_ id: Int, writable: Bool) {
-        setWriteInterest(id, writable && table.fanout.outboxes[id].writeArmed)
     }
 
     /// Watches `id` for writability (only while output is refused) and,
