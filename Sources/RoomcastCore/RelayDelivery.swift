@@ -27,8 +27,7 @@ extension Relay {
     func broadcast(_ frame: UnsafeRawBufferPointer, room r: Int, from sender: Int, proving sub: String? = nil, sink: some FrameSink) -> Int {
         guard rooms.indices.contains(r) else { return 0 }
         let n = rooms[r].members.isEmpty ? 0 : sink.broadcast(frame, from: sender, to: rooms[r].members, except: settings.echo ? -1 : sender)
-        if let sub { observer?.relayed(frame, room: rooms[r].name, from: sender, proving: sub) }
-        else { observer?.relayed(frame, room: rooms[r].name, from: sender) }
+        observer?.relayed(frame, room: rooms[r].name, from: sender, proving: sub)
         return n
     }
 

@@ -195,7 +195,7 @@ final class Fanout: FrameSink {
             for m in shedding(members, sender: sender, except: except, sheds: sheds, boxes, shed: &shed) where m != except && boxes[m].takesFrames {
                 if !boxes[m].json && !boxes[m].isWebSocket {
                     put(pass.ltb, .ltb, to: m, boxes, &pass)  // the common case: the LTB form, no translation
-                } else if let (range, form) = form(for: m, boxes, &pass) {
+                } else if let (range, form) = translatedForm(for: m, boxes, &pass) {
                     put(range, form, to: m, boxes, &pass)
                 }
             }

@@ -2,8 +2,8 @@ import RoomcastCore
 import RoomcastIO
 
 // FanoutSteps.swift: the steps of one broadcast (Fanout.broadcast walks
-// them by name): shedding picks the recipients, translation gives each one
-// its form of the frame (stored in the batch at most once per form), and
+// them by name): shedding picks the recipients, translation gives each JSON
+// or WebSocket one its form of the frame (stored in the batch at most once per form), and
 // the region step extends or starts the recipient's range of the batch,
 // where the hard output limit is judged (docs/protocol/rooms.md §6).
 //
@@ -58,13 +58,14 @@ extension Fanout {
         return shed.isEmpty ? members : members.filter { $0 == sender || !overLong($0) }
     }
 
-    /// Translation: the form of the frame recipient `m` reads (LTB, JSON,
-    /// a WebSocket binary or text frame, docs/protocol/json.md and
-    /// websocket.md), stored in the batch the first time a recipient needs
-    /// it; nil when `m` gets none (a JSON form over `json.max_frame_bytes`,
-    /// a WebSocket still upgrading or on /echo).
+    /// Translation: the form of the frame a JSON or WebSocket recipient `m`
+    /// reads (JSON, a WebSocket binary or text frame, docs/protocol/json.md
+    /// and websocket.md), stored in the batch the first time a recipient
+    /// needs it; nil when `m` gets none (a JSON form over
+    /// `json.max_frame_bytes`, a WebSocket still upgrading or on /echo).
+    /// Plain LTB recipients take `pass.ltb` without it (the walk's common case).
     @inline(__always)
-    func form(for m: Int, _ boxes: UnsafeMutableBufferPointer<Outbox>, _ pass: inout BroadcastPass) -> (Range<Int>, BatchForm)? {
+    func translatedForm(for m: Int, _ boxes: UnsafeMutableBufferPointer<Outbox>, _ pass: inout BroadcastPass) -> (Range<Int>, BatchForm)? {
         if boxes[m].json {
             if pass.json == nil {
                 if pass.translation == nil { pass.translation = .some(jsonFrame(pass.frame, from: pass.sender, limit: pass.jsonLimit, tooLarge: &pass.jsonTooLarge)) }
@@ -72,7 +73,7 @@ extension Fanout {
             }
             return pass.json!.map { ($0, .json) }
         }
-        guard boxes[m].isWebSocket else { return (pass.ltb, .ltb) }
+        assert(boxes[m].isWebSocket, "translatedForm for a plain LTB recipient")
         // Server frames are unmasked (RFC 6455 §5.1): the same bytes for every recipient.
         guard let form = boxes[m].webSocketForm else { return nil }
         if form == .ltb {
