@@ -94,10 +94,9 @@ extension Server {
                 noteIdempotencyFallback(cluster, why, now: now)
                 // The local cache decides, as without a cluster (another
                 // request of this key may have been answered here meanwhile).
-                switch api.idempotency.lookup(p.key, fingerprint: p.fingerprint, now: now) {
-                case .replay(let n): response = IdempotencyCache.reply(delivered: n)
-                case .mismatch: throw IdempotencyCache.mismatchError
-                case .unseen:
+                if let first = try api.idempotency.answer(p.key, fingerprint: p.fingerprint, now: now) {
+                    response = first
+                } else {
                     response = IdempotencyCache.reply(delivered: try relayPublish(p.frame, type: p.type, room: p.room, key: p.key,
                                                                                    fingerprint: p.fingerprint, now: now))
                 }

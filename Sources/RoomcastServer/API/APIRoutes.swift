@@ -174,13 +174,7 @@ extension Server {
             guard !key.isEmpty, key.utf8.count <= 255 else { throw APIError(400, "bad_idempotency_key", "Idempotency-Key must be 1 ... 255 bytes") }
         }
         let fingerprint = key.map { _ in IdempotencyCache.fingerprint(method: request.method, path: request.path, body: body) }
-        if let key, let fingerprint {
-            switch api.idempotency.lookup(key, fingerprint: fingerprint, now: now) {
-            case .replay(let delivered): return IdempotencyCache.reply(delivered: delivered)
-            case .mismatch: throw IdempotencyCache.mismatchError
-            case .unseen: break
-            }
-        }
+        if let key, let fingerprint, let first = try api.idempotency.answer(key, fingerprint: fingerprint, now: now) { return first }
         let json = try jsonBody(body)
         let s = relay.settings
         let type: UInt16

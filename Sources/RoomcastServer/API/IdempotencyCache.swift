@@ -64,6 +64,18 @@ struct IdempotencyCache {
         return kept.fingerprint == fingerprint ? .replay(delivered: kept.delivered) : .mismatch
     }
 
+    /// The answer to a request of `fingerprint` under `key` at `now` (ms):
+    /// the first reply for a repeat, nil for a key not seen (serve the
+    /// request, then `remember`).
+    /// - Throws: `mismatchError` (422) for the key seen with another request.
+    mutating func answer(_ key: String, fingerprint: [UInt8], now: UInt64) throws(APIError) -> APIResponse? {
+        switch lookup(key, fingerprint: fingerprint, now: now) {
+        case .replay(let delivered): return Self.reply(delivered: delivered)
+        case .mismatch: throw Self.mismatchError
+        case .unseen: return nil
+        }
+    }
+
     /// Remembers the reply (`delivered`) to the request of `fingerprint`
     /// under `key` for `keepMs` (`forMs`: a shorter time left, a restored entry).
     mutating func remember(_ key: String, fingerprint: [UInt8], delivered: UInt64, now: UInt64, forMs: UInt64 = keepMs) {
